@@ -1,0 +1,93 @@
+"""Shared helpers for the benchmark scripts in bench/.
+
+Every benchmark runs ours and the reference side by side in one process, repeats each
+measurement (the machines are noisy), and reports medians with min-max and the ratio.
+Each script writes its rows to ``bench/results/<name>.json`` through :func:`save_rows`;
+``python bench/report.py`` assembles ``BENCHMARKS.md`` from those files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Timing:
+    """Median and range of repeated wall-clock measurements, in seconds."""
+
+    median: float
+    low: float
+    high: float
+    samples: list[float] = field(default_factory=list)
+
+    def fmt(self, unit: str = "s") -> str:
+        return f"{self.median:.3g} {unit} ({self.low:.3g}-{self.high:.3g})"
+
+
+def time_repeats(fn: Callable[[], Any], repeats: int = 3, warmup: int = 0) -> Timing:
+    """Run ``fn`` ``warmup`` times untimed, then ``repeats`` times timed."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return Timing(statistics.median(samples), min(samples), max(samples), samples)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def machine_summary() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+@dataclass
+class Row:
+    """One line of the BENCHMARKS.md table."""
+
+    benchmark: str
+    ours: str
+    reference: str
+    ratio: str
+    target: str
+    passed: bool | None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def save_rows(name: str, rows: list[Row], argv: list[str] | None = None) -> Path:
+    """Store a script's rows with the exact command, machine and date that produced them."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    argv = sys.argv if argv is None else argv
+    script = os.path.relpath(argv[0], Path(__file__).resolve().parent.parent)
+    payload = {
+        "name": name,
+        "command": "python " + " ".join(shlex.quote(a) for a in [script, *argv[1:]]),
+        "machine": machine_summary(),
+        "date": date.today().isoformat(),
+        "rows": [asdict(r) for r in rows],
+    }
+    path = RESULTS_DIR / f"{name}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    for r in rows:
+        print(f"| {r.benchmark} | {r.ours} | {r.reference} | {r.ratio} | {r.target} | {r.passed} |")
+    return path

@@ -1,0 +1,1 @@
+"""The ``xdistill`` command line: one small module per DVC stage or tool, loaded lazily."""

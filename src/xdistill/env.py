@@ -1,0 +1,28 @@
+"""Process-wide environment defaults.
+
+The project's machines reach no model hub and no telemetry host. Every tool in the stack
+(huggingface, DVC, MLflow, Prefect) otherwise tries the network at import or start-up, which
+is slow and noisy, so these defaults are applied as soon as ``xdistill`` is imported. A user
+with network access can override any of them by exporting the variable first.
+"""
+
+from __future__ import annotations
+
+import os
+
+OFFLINE_DEFAULTS: dict[str, str] = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "DVC_NO_ANALYTICS": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "true",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def keep_tools_offline() -> None:
+    """Set the offline/telemetry variables unless the user already chose a value."""
+    for name, value in OFFLINE_DEFAULTS.items():
+        os.environ.setdefault(name, value)
