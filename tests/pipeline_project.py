@@ -1,0 +1,90 @@
+"""Build a throw-away copy of the pipeline (dvc.yaml, params.yaml, src/) in a temp folder.
+
+Used by the end-to-end tests of the DVC pipeline and of the Prefect flows: each gets its own git +
+DVC workspace, so tests never touch the repository's own dvc.lock, data or MLflow store.
+``TINY_PARAMS`` shrinks every stage to seconds; callers can deep-merge more overrides.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BIN_DIR = Path(sys.executable).parent
+
+# Overrides of params.yaml that keep a whole `dvc repro` to a couple of minutes on 2 cores.
+TINY_PARAMS: dict[str, Any] = {
+    "languages": ["de", "es"],
+}
+
+
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Return ``base`` with ``overrides`` merged in recursively (overrides win)."""
+    merged = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def pipeline_env() -> dict[str, str]:
+    """Environment for subprocesses: the venv's bin first, every tool offline."""
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN_DIR}{os.pathsep}{env.get('PATH', '')}"
+    env.update(
+        DVC_NO_ANALYTICS="1",
+        MLFLOW_DISABLE_TELEMETRY="true",
+        DO_NOT_TRACK="true",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+    )
+    return env
+
+
+def run(cmd: list[str], cwd: Path, check: bool = True, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    """Run a command in ``cwd`` with :func:`pipeline_env`, capturing text output."""
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=pipeline_env(), capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def make_pipeline_project(dest: Path, mirror: Path, overrides: dict[str, Any] | None = None) -> Path:
+    """Copy the pipeline into ``dest`` (a git + DVC repo, one commit) with tiny params."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(REPO_ROOT / "dvc.yaml", dest / "dvc.yaml")
+    shutil.copytree(REPO_ROOT / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for extra in ("prefect.yaml", "flows"):
+        source = REPO_ROOT / extra
+        if source.is_dir():
+            shutil.copytree(source, dest / extra, ignore=shutil.ignore_patterns("__pycache__"))
+        elif source.is_file():
+            shutil.copy2(source, dest / extra)
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    params = deep_merge(params, TINY_PARAMS)
+    params = deep_merge(params, {"corpora": {"mirror": str(mirror)}})
+    params = deep_merge(params, overrides or {})
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+    shutil.copy2(REPO_ROOT / ".gitignore", dest / ".gitignore")
+    run(["git", "init", "-q"], dest)
+    run(["git", "config", "user.email", "test@xdistill.invalid"], dest)
+    run(["git", "config", "user.name", "xdistill tests"], dest)
+    run(["dvc", "init", "-q"], dest)
+    run(["dvc", "config", "core.analytics", "false"], dest)
+    run(["dvc", "config", "core.check_update", "false"], dest)
+    run(["git", "add", "-A"], dest)
+    run(["git", "commit", "-qm", "pipeline under test"], dest)
+    return dest
