@@ -1,0 +1,225 @@
+"""Margin-based bitext mining (Artetxe & Schwenk 2019, "Margin-based parallel corpus mining").
+
+For a source sentence x and a target sentence y with cosine similarity ``cos(x, y)`` the margin
+score compares that similarity with the average similarity of each side to its k nearest
+neighbours on the other side::
+
+    avg(x, y) = (mean_{z in NN_k(x)} cos(x, z) + mean_{z in NN_k(y)} cos(y, z)) / 2
+    absolute: cos(x, y)
+    distance: cos(x, y) - avg(x, y)
+    ratio:    cos(x, y) / avg(x, y)
+
+Candidates are the k nearest neighbours in both directions. Retrieval picks pairs from them:
+
+- ``fwd``: every source sentence with its best-scoring target candidate;
+- ``bwd``: every target sentence with its best-scoring source candidate;
+- ``max``: the union of both, kept one-to-one greedily by decreasing score (LASER's BUCC mode);
+- ``intersect``: only pairs that are each other's best candidate in both directions.
+
+Everything is array arithmetic: no Python loop runs per sentence or per candidate (the
+one-to-one selection of ``max`` loops over rounds, each round resolving every conflict-free
+pair at once; see :func:`greedy_one_to_one`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from xdistill.errors import XdistillError
+from xdistill.mining.knn import knn_search
+
+MARGINS = ("ratio", "distance", "absolute")
+RETRIEVALS = ("fwd", "bwd", "max", "intersect")
+
+
+@dataclass(frozen=True)
+class NeighbourLists:
+    """k-NN results in both directions: source->target and target->source."""
+
+    fwd_scores: np.ndarray  # (n_src, k) cosine of each source row to its target neighbours
+    fwd_indices: np.ndarray  # (n_src, k) target row ids
+    bwd_scores: np.ndarray  # (n_tgt, k) cosine of each target row to its source neighbours
+    bwd_indices: np.ndarray  # (n_tgt, k) source row ids
+
+
+@dataclass(frozen=True)
+class MinedPairs:
+    """Mined candidate pairs, sorted by decreasing margin score."""
+
+    src: np.ndarray  # int64 source row ids
+    tgt: np.ndarray  # int64 target row ids
+    scores: np.ndarray  # float32 margin scores
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def above(self, threshold: float) -> MinedPairs:
+        """Pairs whose score reaches ``threshold`` (inclusive)."""
+        keep = self.scores >= threshold
+        return MinedPairs(self.src[keep], self.tgt[keep], self.scores[keep])
+
+
+def check_choice(value: str, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise XdistillError(f"unknown {what} {value!r}; choose one of {', '.join(allowed)}")
+
+
+def margin_function(cosine: np.ndarray, average: np.ndarray, margin: str) -> np.ndarray:
+    """Apply a margin to cosine similarities given the neighbourhood averages (same shape)."""
+    check_choice(margin, MARGINS, "margin")
+    if margin == "absolute":
+        return cosine
+    if margin == "distance":
+        return cosine - average
+    return cosine / average
+
+
+def neighbour_means(scores: np.ndarray) -> np.ndarray:
+    """Mean similarity of each row to its k nearest neighbours (missing IVF slots ignored)."""
+    finite = np.isfinite(scores)
+    counts = np.maximum(finite.sum(axis=1), 1)
+    return np.where(finite, scores, 0.0).sum(axis=1) / counts
+
+
+def bidirectional_knn(src: np.ndarray, tgt: np.ndarray, k: int, *, index: str = "flat", **index_options) -> NeighbourLists:
+    """k nearest neighbours source->target and target->source (inner product = cosine)."""
+    fwd_scores, fwd_indices = knn_search(src, tgt, k, index=index, **index_options)
+    bwd_scores, bwd_indices = knn_search(tgt, src, k, index=index, **index_options)
+    return NeighbourLists(fwd_scores, fwd_indices, bwd_scores, bwd_indices)
+
+
+def score_candidates(
+    cosine: np.ndarray,
+    candidate_ids: np.ndarray,
+    query_means: np.ndarray,
+    candidate_means: np.ndarray,
+    margin: str,
+) -> np.ndarray:
+    """Margin score of every (query, candidate) cell of a k-NN result, vectorised.
+
+    ``cosine[i, j]`` is the similarity of query ``i`` to its candidate ``candidate_ids[i, j]``;
+    missing candidates (id -1) score -inf.
+    """
+    valid = candidate_ids >= 0
+    average = (query_means[:, None] + candidate_means[np.where(valid, candidate_ids, 0)]) / 2
+    scores = margin_function(cosine.astype(np.float64), average, margin)
+    return np.where(valid, scores, -np.inf)
+
+
+def best_candidates(neighbours: NeighbourLists, margin: str) -> tuple[MinedPairs, MinedPairs]:
+    """Best-scoring candidate of every source row (forward) and every target row (backward)."""
+    src_means = neighbour_means(neighbours.fwd_scores)
+    tgt_means = neighbour_means(neighbours.bwd_scores)
+    fwd = score_candidates(neighbours.fwd_scores, neighbours.fwd_indices, src_means, tgt_means, margin)
+    bwd = score_candidates(neighbours.bwd_scores, neighbours.bwd_indices, tgt_means, src_means, margin)
+    return _row_best(fwd, neighbours.fwd_indices, queries_are_src=True), _row_best(
+        bwd, neighbours.bwd_indices, queries_are_src=False
+    )
+
+
+def _row_best(scores: np.ndarray, candidate_ids: np.ndarray, *, queries_are_src: bool) -> MinedPairs:
+    """For each query row, its highest-scoring candidate (rows without any candidate dropped)."""
+    rows = np.arange(scores.shape[0])
+    if scores.shape[1] == 0:
+        empty = np.zeros(0, np.int64)
+        return MinedPairs(empty, empty, np.zeros(0, np.float32))
+    best = np.argmax(scores, axis=1)
+    best_scores = scores[rows, best]
+    best_ids = candidate_ids[rows, best]
+    keep = np.isfinite(best_scores)
+    queries, partners = rows[keep].astype(np.int64), best_ids[keep].astype(np.int64)
+    src, tgt = (queries, partners) if queries_are_src else (partners, queries)
+    return MinedPairs(src, tgt, best_scores[keep].astype(np.float32))
+
+
+def sort_pairs(src: np.ndarray, tgt: np.ndarray, scores: np.ndarray) -> MinedPairs:
+    """Pairs sorted by decreasing score; ties by (src, tgt) so the order is deterministic."""
+    order = np.lexsort((tgt, src, -scores))
+    return MinedPairs(src[order], tgt[order], scores[order])
+
+
+def greedy_one_to_one(pairs: MinedPairs) -> MinedPairs:
+    """Keep pairs one-to-one, highest score first (the result of LASER's sequential loop).
+
+    Sequential rule: walk the pairs by decreasing score, keep a pair when neither its source nor
+    its target is already used. Vectorised by rounds: a pair that ranks first among the
+    remaining pairs of its source *and* of its target is kept by the sequential rule too, so each
+    round keeps all such pairs at once and drops the remaining pairs that touch them.
+    """
+    pairs = sort_pairs(pairs.src, pairs.tgt, pairs.scores)
+    # identical (src, tgt) candidates found in both directions carry the same score: keep one
+    _, first = np.unique(pairs.src * (int(pairs.tgt.max(initial=0)) + 1) + pairs.tgt, return_index=True)
+    rank = np.sort(first)  # positions in score order of the distinct pairs
+    src, tgt = pairs.src[rank], pairs.tgt[rank]
+    alive = np.ones(len(rank), bool)
+    kept = np.zeros(len(rank), bool)
+    while alive.any():
+        live = np.flatnonzero(alive)  # ascending position = descending score
+        best_of_src = _first_per_group(src[live])
+        best_of_tgt = _first_per_group(tgt[live])
+        winners = live[best_of_src & best_of_tgt]
+        kept[winners] = True
+        used_src = np.zeros(int(src.max()) + 1, bool)
+        used_tgt = np.zeros(int(tgt.max()) + 1, bool)
+        used_src[src[winners]] = True
+        used_tgt[tgt[winners]] = True
+        alive &= ~(used_src[src] | used_tgt[tgt])
+    chosen = rank[kept]
+    return MinedPairs(pairs.src[chosen], pairs.tgt[chosen], pairs.scores[chosen])
+
+
+def _first_per_group(keys: np.ndarray) -> np.ndarray:
+    """Mask of the first occurrence of each key (the best-ranked pair of that sentence)."""
+    mask = np.zeros(len(keys), bool)
+    _, first = np.unique(keys, return_index=True)
+    mask[first] = True
+    return mask
+
+
+def retrieve(forward: MinedPairs, backward: MinedPairs, retrieval: str) -> MinedPairs:
+    """Combine per-row best candidates of both directions into the mined pairs."""
+    check_choice(retrieval, RETRIEVALS, "retrieval")
+    if retrieval == "fwd":
+        return sort_pairs(forward.src, forward.tgt, forward.scores)
+    if retrieval == "bwd":
+        return sort_pairs(backward.src, backward.tgt, backward.scores)
+    if retrieval == "intersect":
+        # a forward pair (x, y) is mutual when y's backward best is x
+        n_tgt = int(max(forward.tgt.max(initial=-1), backward.tgt.max(initial=-1))) + 1
+        backward_partner = np.full(n_tgt, -1, np.int64)
+        backward_partner[backward.tgt] = backward.src
+        mutual = backward_partner[forward.tgt] == forward.src
+        return sort_pairs(forward.src[mutual], forward.tgt[mutual], forward.scores[mutual])
+    union = MinedPairs(
+        np.concatenate([forward.src, backward.src]),
+        np.concatenate([forward.tgt, backward.tgt]),
+        np.concatenate([forward.scores, backward.scores]),
+    )
+    return greedy_one_to_one(union)
+
+
+def mine_from_neighbours(neighbours: NeighbourLists, *, margin: str = "ratio", retrieval: str = "max") -> MinedPairs:
+    """Margin-score the k-NN candidates of both directions and retrieve pairs."""
+    check_choice(margin, MARGINS, "margin")
+    check_choice(retrieval, RETRIEVALS, "retrieval")
+    forward, backward = best_candidates(neighbours, margin)
+    return retrieve(forward, backward, retrieval)
+
+
+def mine_embeddings(
+    src: np.ndarray,
+    tgt: np.ndarray,
+    *,
+    k: int = 4,
+    margin: str = "ratio",
+    retrieval: str = "max",
+    index: str = "flat",
+    **index_options,
+) -> MinedPairs:
+    """Mine candidate pairs between two in-memory embedding matrices (rows L2-normalised)."""
+    check_choice(margin, MARGINS, "margin")
+    check_choice(retrieval, RETRIEVALS, "retrieval")
+    neighbours = bidirectional_knn(src, tgt, k, index=index, **index_options)
+    return mine_from_neighbours(neighbours, margin=margin, retrieval=retrieval)
