@@ -1,0 +1,224 @@
+"""The promotion gate: which registered student carries the ``champion`` alias.
+
+A candidate version becomes champion only if
+
+1. its primary score beats the champion's by more than ``margin``, and
+2. no language score of the candidate falls more than ``tolerance`` below the champion's
+   (languages the champion was not evaluated on cannot regress).
+
+With no champion yet, the candidate is promoted. The decision and its reasons are written as
+tags on the candidate version (``promotion.decision``, ``promotion.reasons``,
+``promotion.compared_to``). Each promotion appends the version to the registered model's
+``champion_history`` tag (a JSON list); :func:`rollback` pops it and moves the alias back.
+
+Promotions and rollbacks hold a file lock (see :func:`xdistill.registry.store.promotion_lock`)
+from reading the champion to moving the alias, so two racing promotions are serialised: the
+second one is judged against whatever the first left as champion, and a loser never ends up
+holding the alias.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from xdistill.errors import XdistillError
+from xdistill.registry.scores import Scores
+from xdistill.registry.store import client_for, promotion_lock, resolve_tracking_uri
+
+log = logging.getLogger(__name__)
+
+CHAMPION_ALIAS = "champion"
+HISTORY_TAG = "champion_history"
+DECISION_TAG = "promotion.decision"
+REASONS_TAG = "promotion.reasons"
+COMPARED_TO_TAG = "promotion.compared_to"
+DECIDED_AT_TAG = "promotion.decided_at"
+ROLLED_BACK_TAG = "promotion.rolled_back_at"
+MAX_TAG_LENGTH = 5000  # MLflow's limit on a model-version tag value
+PROMOTED = "promoted"
+REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class PromoteConfig:
+    """The ``promote`` section of params.yaml."""
+
+    margin: float = 0.0
+    tolerance: float = 0.01
+    alias: str = CHAMPION_ALIAS
+    lock_file: str | None = None
+
+    @classmethod
+    def from_params(cls, section: dict[str, Any]) -> PromoteConfig:
+        values = {k: v for k, v in (section or {}).items() if k in cls.__dataclass_fields__ and v is not None}
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """The gate's verdict on one candidate, with human-readable reasons."""
+
+    promote: bool
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PromotionResult:
+    """What :func:`promote` did."""
+
+    model_name: str
+    candidate: str
+    decision: str  # "promoted" | "refused" | "already champion"
+    reasons: list[str]
+    previous_champion: str | None
+    champion: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def judge(candidate: Scores | None, champion: Scores | None, margin: float, tolerance: float) -> GateDecision:
+    """Apply the gate to a candidate's scores against the champion's (None: no champion)."""
+    if candidate is None:
+        return GateDecision(False, ["candidate has no evaluation scores (tag xdistill.primary_score)"])
+    if champion is None:
+        return GateDecision(True, [f"no champion yet: primary score {candidate.primary:.4f} becomes the reference"])
+    reasons: list[str] = []
+    gain = candidate.primary - champion.primary
+    beats = gain > margin
+    reasons.append(
+        f"primary score {candidate.primary:.4f} vs champion {champion.primary:.4f}: "
+        f"{gain:+.4f} {'>' if beats else '<='} margin {margin:.4f}"
+    )
+    regressions = [
+        f"{language} regressed {candidate.per_language[language]:.4f} vs champion {score:.4f} "
+        f"({candidate.per_language[language] - score:+.4f}, tolerance {tolerance:.4f})"
+        for language, score in sorted(champion.per_language.items())
+        if language in candidate.per_language and candidate.per_language[language] < score - tolerance
+    ]
+    reasons.extend(regressions)
+    return GateDecision(beats and not regressions, reasons)
+
+
+def promote(
+    model_name: str,
+    version: str | int | None = None,
+    *,
+    tracking_uri: str | None = None,
+    config: PromoteConfig | None = None,
+    hold_s: float = 0.0,
+) -> PromotionResult:
+    """Run the gate for ``version`` (default: the newest) and move the alias if it passes.
+
+    ``hold_s`` keeps the decision window (champion read -> alias set) open that long; tests use
+    it to make racing promotions overlap.
+    """
+    config = config or PromoteConfig()
+    tracking_uri = resolve_tracking_uri(tracking_uri)
+    client = client_for(tracking_uri)
+    with promotion_lock(tracking_uri, config.lock_file):
+        candidate = str(version) if version is not None else _newest_version(client, model_name)
+        candidate_version = _get_version(client, model_name, candidate)
+        champion = _current_alias(client, model_name, config.alias)
+        if champion == candidate:
+            reasons = [f"version {candidate} already holds '{config.alias}'"]
+            return PromotionResult(model_name, candidate, "already champion", reasons, champion, champion)
+        champion_scores = None
+        if champion is not None:
+            champion_scores = Scores.from_tags(_get_version(client, model_name, champion).tags)
+        decision = judge(Scores.from_tags(candidate_version.tags), champion_scores, config.margin, config.tolerance)
+        if hold_s:
+            time.sleep(hold_s)
+        verdict = PROMOTED if decision.promote else REFUSED
+        _tag_decision(client, model_name, candidate, verdict, decision.reasons, champion)
+        if decision.promote:
+            client.set_registered_model_alias(model_name, config.alias, candidate)
+            _write_history(client, model_name, [*_history(client, model_name), candidate])
+        new_champion = candidate if decision.promote else champion
+    log.info("%s version %s %s: %s", model_name, candidate, verdict, "; ".join(decision.reasons))
+    return PromotionResult(model_name, candidate, verdict, decision.reasons, champion, new_champion)
+
+
+def rollback(
+    model_name: str, *, tracking_uri: str | None = None, config: PromoteConfig | None = None
+) -> tuple[str, str]:
+    """Move the alias back to the previous champion; returns (demoted version, restored version)."""
+    config = config or PromoteConfig()
+    tracking_uri = resolve_tracking_uri(tracking_uri)
+    client = client_for(tracking_uri)
+    with promotion_lock(tracking_uri, config.lock_file):
+        current = _current_alias(client, model_name, config.alias)
+        if current is None:
+            raise XdistillError(f"{model_name} has no '{config.alias}' to roll back")
+        history = _history(client, model_name)
+        while history and history[-1] == current:
+            history.pop()
+        if not history:
+            raise XdistillError(f"{model_name}: version {current} is the first champion, nothing to roll back to")
+        previous = history[-1]
+        client.set_registered_model_alias(model_name, config.alias, previous)
+        _write_history(client, model_name, history)
+        client.set_model_version_tag(model_name, current, ROLLED_BACK_TAG, _now())
+    log.info("%s: '%s' moved back from version %s to %s", model_name, config.alias, current, previous)
+    return current, previous
+
+
+def champion_history(model_name: str, *, tracking_uri: str | None = None) -> list[str]:
+    """The versions that were champion, oldest first (the last one holds the alias)."""
+    return _history(client_for(resolve_tracking_uri(tracking_uri)), model_name)
+
+
+def _newest_version(client: Any, model_name: str) -> str:
+    versions = client.search_model_versions(f"name = '{model_name}'")
+    if not versions:
+        raise XdistillError(f"registered model '{model_name}' has no versions (run the register stage)")
+    return str(max(int(v.version) for v in versions))
+
+
+def _get_version(client: Any, model_name: str, version: str) -> Any:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version(model_name, version)
+    except MlflowException as exc:
+        raise XdistillError(f"registered model '{model_name}' has no version {version}") from exc
+
+
+def _current_alias(client: Any, model_name: str, alias: str) -> str | None:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return str(client.get_model_version_by_alias(model_name, alias).version)
+    except MlflowException:
+        return None
+
+
+def _history(client: Any, model_name: str) -> list[str]:
+    tags = client.get_registered_model(model_name).tags
+    return [str(v) for v in json.loads(tags.get(HISTORY_TAG) or "[]")]
+
+
+def _write_history(client: Any, model_name: str, history: list[str]) -> None:
+    client.set_registered_model_tag(model_name, HISTORY_TAG, json.dumps(history))
+
+
+def _tag_decision(
+    client: Any, model_name: str, version: str, verdict: str, reasons: list[str], champion: str | None
+) -> None:
+    tags = {
+        DECISION_TAG: verdict,
+        REASONS_TAG: "; ".join(reasons)[:MAX_TAG_LENGTH],
+        COMPARED_TO_TAG: champion or "none",
+        DECIDED_AT_TAG: _now(),
+    }
+    for key, value in tags.items():
+        client.set_model_version_tag(model_name, version, key, value)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

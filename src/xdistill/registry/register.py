@@ -1,0 +1,278 @@
+"""The ``register`` stage: log one pipeline run to MLflow and register the student as a new version.
+
+One MLflow run per pipeline run holds the flattened ``params.yaml`` (params), every numeric value
+of ``metrics/**/*.json`` (metrics, prefixed by the file's path: ``eval.summary.primary_score``),
+the data report, the plots and reports (artifacts) and the student, logged with the
+sentence-transformers flavor and an input example. The student is then registered as a new
+version of ``register.model_name`` carrying the evaluation scores as tags (the promotion gate
+reads them from there). ``metrics/register.json`` records the run id, version and model URI.
+
+Failure leaves nothing half-done: every input is checked before the run starts; an error after
+the version exists deletes the version again, and a failed run is marked FAILED and deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xdistill.errors import InputFileError
+from xdistill.io import PARAMS_FILE, load_params, write_json_atomic
+from xdistill.registry.scores import Scores, read_summary_scores
+from xdistill.registry.store import (
+    DEFAULT_TRACKING_URI,
+    client_for,
+    default_artifact_location,
+    flatten,
+    numeric_leaves,
+    resolve_tracking_uri,
+)
+
+log = logging.getLogger(__name__)
+
+STUDENT_DIR = Path("models/student")
+METRICS_DIR = Path("metrics")
+SUMMARY_FILE = METRICS_DIR / "eval" / "summary.json"
+REGISTER_FILE = METRICS_DIR / "register.json"
+ARTIFACT_DIRS = ("plots", "reports", "metrics")
+MODEL_ARTIFACT_NAME = "student"
+# Logged with the model: MLflow derives the signature from it and the UI shows it.
+INPUT_EXAMPLE = ["A man is playing a guitar.", "Un hombre toca la guitarra.", "Ein Mann spielt Gitarre."]
+MAX_PARAM_LENGTH = 6000  # MLflow's limit on one param value
+METRICS_PER_BATCH = 1000  # MLflow's limit on metrics per log_batch call
+
+GIT_COMMIT_TAG = "git_commit"
+DVC_EXPERIMENT_TAG = "dvc_experiment"
+DVC_BASELINE_TAG = "dvc_baseline_rev"
+
+
+@dataclass(frozen=True)
+class RegisterConfig:
+    """The ``register`` section of params.yaml."""
+
+    tracking_uri: str = DEFAULT_TRACKING_URI
+    experiment: str = "xdistill"
+    model_name: str = "xdistill-student"
+
+    @classmethod
+    def from_params(cls, section: dict[str, Any]) -> RegisterConfig:
+        known = {k: str(v) for k, v in section.items() if k in cls.__dataclass_fields__ and v is not None}
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What ``register`` produced (also the content of ``metrics/register.json``)."""
+
+    run_id: str
+    experiment_id: str
+    model_name: str
+    model_version: str
+    model_uri: str
+    tracking_uri: str
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.__dict__)
+
+
+def register_run(root: str | Path = ".", config: RegisterConfig | None = None) -> Registration:
+    """Log the pipeline outputs under ``root`` to MLflow, register the student, write register.json."""
+    root = Path(root).resolve()
+    config = config or RegisterConfig.from_params(load_params("register", root / PARAMS_FILE))
+    tracking_uri = resolve_tracking_uri(config.tracking_uri)
+    inputs = _collect_inputs(root)  # fail here, before anything is created
+    tags = _lineage_tags(root)
+
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_registry_uri(tracking_uri)
+    client = client_for(tracking_uri)
+    experiment_id = _ensure_experiment(client, config.experiment, tracking_uri)
+    run_name = tags.get(DVC_EXPERIMENT_TAG) or f"register-{tags.get(GIT_COMMIT_TAG, 'nogit')[:8]}"
+    log.info("MLflow run in experiment '%s' at %s", config.experiment, tracking_uri)
+    run = client.create_run(experiment_id, run_name=run_name, tags=tags)
+    run_id = run.info.run_id
+    version: str | None = None
+    try:
+        with mlflow.start_run(run_id=run_id):
+            _log_params(client, run_id, inputs.params)
+            _log_metrics(client, run_id, inputs.metrics)
+            _log_artifacts(root, inputs.params_file)
+            model_uri = _log_student(root / STUDENT_DIR)
+            log.info("registering a new version of '%s'", config.model_name)
+            model_version = mlflow.register_model(
+                model_uri, config.model_name, tags={**tags, **inputs.scores.as_tags(), "run_id": run_id}
+            )
+            version = str(model_version.version)
+            registration = Registration(
+                run_id=run_id,
+                experiment_id=experiment_id,
+                model_name=config.model_name,
+                model_version=version,
+                model_uri=f"models:/{config.model_name}/{version}",
+                tracking_uri=tracking_uri,
+            )
+            write_json_atomic(root / REGISTER_FILE, registration.as_dict())
+    except BaseException:
+        _undo(client, config.model_name, version, run_id)
+        raise
+    log.info("registered %s version %s (run %s)", config.model_name, version, run_id)
+    return registration
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    params: dict[str, Any]
+    params_file: Path
+    metrics: dict[str, float]
+    scores: Scores
+
+
+def _collect_inputs(root: Path) -> _Inputs:
+    """Read and check everything the run will log, so a bad input fails before MLflow is touched."""
+    student = root / STUDENT_DIR
+    if not (student / "modules.json").is_file() and not (student / "config.json").is_file():
+        raise InputFileError(student, "not a sentence-transformers model folder (no modules.json); run the train stage")
+    params_file = root / PARAMS_FILE
+    params = load_params(None, params_file)
+    metrics: dict[str, float] = {}
+    for path in _metric_files(root / METRICS_DIR):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise InputFileError(path, f"invalid JSON: {exc.msg}", exc.lineno) from exc
+        prefix = ".".join(path.relative_to(root / METRICS_DIR).with_suffix("").parts)
+        if isinstance(data, dict):
+            metrics.update(numeric_leaves(data, prefix))
+    scores = read_summary_scores(root / SUMMARY_FILE)
+    return _Inputs(params=params, params_file=params_file, metrics=metrics, scores=scores)
+
+
+def _metric_files(metrics_dir: Path) -> list[Path]:
+    """Every metrics JSON except register.json (this stage's own output)."""
+    if not metrics_dir.is_dir():
+        return []
+    own = metrics_dir / REGISTER_FILE.name
+    return sorted(p for p in metrics_dir.rglob("*.json") if p != own and not p.name.startswith("."))
+
+
+def _lineage_tags(root: Path) -> dict[str, str]:
+    """Git commit of the workspace and, inside ``dvc exp run``, the experiment's name and baseline."""
+    tags: dict[str, str] = {}
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True, timeout=30
+        ).stdout.strip()
+        tags[GIT_COMMIT_TAG] = commit
+        tags["mlflow.source.git.commit"] = commit
+    except (OSError, subprocess.SubprocessError):
+        log.warning("%s is not a git checkout: the run gets no commit tag", root)
+    # `dvc exp run` exports these to every stage it runs (dvc.env); the Prefect flow does the same.
+    if os.environ.get("DVC_EXP_NAME"):
+        tags[DVC_EXPERIMENT_TAG] = os.environ["DVC_EXP_NAME"]
+    if os.environ.get("DVC_EXP_BASELINE_REV"):
+        tags[DVC_BASELINE_TAG] = os.environ["DVC_EXP_BASELINE_REV"]
+    return tags
+
+
+def _ensure_experiment(client: Any, name: str, tracking_uri: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=default_artifact_location(tracking_uri))
+    except Exception:  # another process created it meanwhile
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            raise
+        return experiment.experiment_id
+
+
+def _log_params(client: Any, run_id: str, params: dict[str, Any]) -> None:
+    from mlflow.entities import Param
+
+    flat = flatten(params)
+    entries = [Param(key, _param_value(value)) for key, value in sorted(flat.items())]
+    for batch in _batches(entries, 100):
+        client.log_batch(run_id, params=batch)
+    log.info("logged %d params", len(entries))
+
+
+def _param_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text[:MAX_PARAM_LENGTH]
+
+
+def _log_metrics(client: Any, run_id: str, metrics: dict[str, float]) -> None:
+    import time
+
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    entries = [Metric(key, value, now, 0) for key, value in sorted(metrics.items())]
+    for batch in _batches(entries, METRICS_PER_BATCH):
+        client.log_batch(run_id, metrics=batch)
+    log.info("logged %d metrics", len(entries))
+
+
+def _batches(items: list[Any], size: int) -> Iterable[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _log_artifacts(root: Path, params_file: Path) -> None:
+    import mlflow
+
+    mlflow.log_artifact(str(params_file))
+    if (root / "dvc.lock").is_file():
+        mlflow.log_artifact(str(root / "dvc.lock"))
+    for folder in ARTIFACT_DIRS:
+        if (root / folder).is_dir():
+            mlflow.log_artifacts(str(root / folder), artifact_path=folder)
+    log.info("logged params.yaml and the %s folders as artifacts", ", ".join(ARTIFACT_DIRS))
+
+
+def _log_student(student_dir: Path) -> str:
+    """Log the student with the sentence-transformers flavor; returns the logged model's URI."""
+    import mlflow
+    from sentence_transformers import SentenceTransformer
+
+    log.info("logging the student from %s (sentence-transformers flavor)", student_dir)
+    model = SentenceTransformer(str(student_dir), device="cpu")
+    info = mlflow.sentence_transformers.log_model(
+        model,
+        name=MODEL_ARTIFACT_NAME,
+        input_example=INPUT_EXAMPLE,
+        pip_requirements=_pip_requirements(),
+    )
+    return info.model_uri
+
+
+def _pip_requirements() -> list[str]:
+    """Pinned requirements of the logged model (explicit: MLflow's inference imports the model anew)."""
+    from importlib.metadata import version
+
+    return [f"{name}=={version(name)}" for name in ("sentence-transformers", "transformers", "torch")]
+
+
+def _undo(client: Any, model_name: str, version: str | None, run_id: str) -> None:
+    """Remove what a failed registration created: the model version, then the run."""
+    if version is not None:
+        try:
+            client.delete_model_version(model_name, version)
+            log.warning("registration failed: deleted %s version %s again", model_name, version)
+        except Exception as exc:  # keep the original error visible
+            log.error("could not delete %s version %s: %s", model_name, version, exc)
+    try:
+        client.set_terminated(run_id, status="FAILED")
+        client.delete_run(run_id)
+    except Exception as exc:
+        log.error("could not mark run %s failed: %s", run_id, exc)
+

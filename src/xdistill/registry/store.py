@@ -1,0 +1,154 @@
+"""Where the MLflow store is, how to reach it, and the lock that serialises promotions.
+
+The default tracking URI ``sqlite:///mlflow.db`` is relative: it resolves against the *registry
+root*, which is the project root (the current folder, where DVC runs stages) unless the
+environment variable ``XDISTILL_REGISTRY_ROOT`` names another folder. The Prefect flows run
+stages in a private copy of the project and set that variable, so every run lands in the one
+store of the user's checkout. Server URIs (``http://...``) are used as given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from xdistill.errors import XdistillError
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+log = logging.getLogger(__name__)
+
+REGISTRY_ROOT_ENV = "XDISTILL_REGISTRY_ROOT"
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+# Artifacts of runs tracked in a local sqlite store live next to the database: MLflow's own
+# default (./mlruns relative to the current folder) would put them inside whatever temporary
+# workspace happened to create the experiment.
+LOCAL_ARTIFACTS_DIR = "mlartifacts"
+PROMOTION_LOCK_TIMEOUT_S = 600.0
+
+_METRIC_KEY_FORBIDDEN = re.compile(r"[^A-Za-z0-9_\-. :/]")
+
+
+def registry_root() -> Path:
+    """The folder relative store paths resolve against (``XDISTILL_REGISTRY_ROOT`` or cwd)."""
+    return Path(os.environ.get(REGISTRY_ROOT_ENV) or Path.cwd()).resolve()
+
+
+def resolve_tracking_uri(uri: str | None, root: str | Path | None = None) -> str:
+    """Make a relative ``sqlite:///file.db`` (or ``file:``/plain path) store absolute under ``root``.
+
+    ``sqlite:///mlflow.db`` -> ``sqlite:////abs/root/mlflow.db`` (four slashes: absolute path).
+    """
+    uri = uri or DEFAULT_TRACKING_URI
+    base = Path(root).resolve() if root is not None else registry_root()
+    if uri.startswith("sqlite:///"):
+        path = uri[len("sqlite:///") :]
+        if not path.startswith("/"):
+            return f"sqlite:///{(base / path).resolve()}"
+        return uri
+    if uri.startswith("file:"):
+        path = Path(urlparse(uri).path or uri[len("file:") :])
+        return (path if path.is_absolute() else base / path).resolve().as_uri()
+    if "://" not in uri:
+        return (Path(uri) if Path(uri).is_absolute() else base / uri).resolve().as_uri()
+    return uri
+
+
+def local_store_path(tracking_uri: str) -> Path | None:
+    """The database file or store folder of a local (sqlite / file) tracking URI, else None."""
+    if tracking_uri.startswith("sqlite:///"):
+        return Path(tracking_uri[len("sqlite:///") :])
+    if tracking_uri.startswith("file:"):
+        return Path(urlparse(tracking_uri).path)
+    return None
+
+
+def default_artifact_location(tracking_uri: str) -> str | None:
+    """Artifact location for new experiments: next to a local store; the server's choice otherwise."""
+    store = local_store_path(tracking_uri)
+    if store is None:
+        return None
+    folder = store.parent if tracking_uri.startswith("sqlite:") else store
+    return (folder / LOCAL_ARTIFACTS_DIR).resolve().as_uri()
+
+
+def client_for(tracking_uri: str) -> MlflowClient:
+    """An MLflow client on ``tracking_uri`` (tracking and registry in the same store)."""
+    from mlflow import MlflowClient
+
+    store = local_store_path(tracking_uri)
+    if store is not None and tracking_uri.startswith("sqlite:"):
+        store.parent.mkdir(parents=True, exist_ok=True)
+    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+
+def promotion_lock_path(tracking_uri: str, lock_file: str | None = None) -> Path:
+    """The lock file that serialises promotions and rollbacks on one store.
+
+    Local stores: next to the database (``mlflow.db.promote.lock``). Remote servers: ``lock_file``
+    (relative to the registry root; default ``.xdistill-promote.lock``). Promoters on several
+    hosts sharing one server must point ``promote.lock_file`` at a shared file system.
+    """
+    if lock_file:
+        path = Path(lock_file)
+        return path if path.is_absolute() else registry_root() / path
+    store = local_store_path(tracking_uri)
+    if store is not None:
+        return store.with_name(store.name + ".promote.lock")
+    return registry_root() / ".xdistill-promote.lock"
+
+
+@contextlib.contextmanager
+def promotion_lock(tracking_uri: str, lock_file: str | None = None) -> Iterator[Path]:
+    """Hold the promotion lock of ``tracking_uri`` (an OS-level file lock, released on crash)."""
+    from filelock import FileLock, Timeout
+
+    path = promotion_lock_path(tracking_uri, lock_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path), timeout=PROMOTION_LOCK_TIMEOUT_S)
+    try:
+        with lock:
+            log.debug("holding promotion lock %s", path)
+            yield path
+    except Timeout as exc:
+        raise XdistillError(f"{path}: another promotion held the lock for {PROMOTION_LOCK_TIMEOUT_S:.0f} s") from exc
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "", sep: str = ".") -> dict[str, Any]:
+    """Flatten nested mappings into ``{"a.b.c": leaf}``; list items get their index as a key part."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{sep}{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name, sep))
+        else:
+            flat[name] = value
+    return flat
+
+
+def numeric_leaves(tree: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Finite numeric leaves of a JSON tree (lists of numbers indexed), keyed as MLflow metric names.
+
+    Booleans, strings and non-finite numbers are left out: they are not metrics.
+    """
+    metrics: dict[str, float] = {}
+    for key, value in flatten(tree, prefix).items():
+        items = enumerate(value) if isinstance(value, list) else [(None, value)]
+        for index, item in items:
+            if isinstance(item, Mapping):
+                nested = numeric_leaves(item, f"{key}.{index}")
+                metrics.update(nested)
+                continue
+            if isinstance(item, bool) or not isinstance(item, int | float) or not math.isfinite(item):
+                continue
+            name = key if index is None else f"{key}.{index}"
+            metrics[_METRIC_KEY_FORBIDDEN.sub("_", name)] = float(item)
+    return metrics
