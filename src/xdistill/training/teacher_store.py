@@ -1,0 +1,625 @@
+"""On-disk cache of teacher embeddings: computed once per (teacher, normalised sentence).
+
+Layout of a store folder (``data/teacher/``, a DVC ``persist: true`` output)::
+
+    data/teacher/
+        teacher-<12 hex of the teacher fingerprint>/     one sub-store per teacher
+            index.json            teacher identity, dimension, list of committed shards
+            keys-000001.npy       [rows] structured (hi, lo) uint64: blake2b-128 of the normalised text
+            emb-000001.npy        [rows, dim] float16, memory-mapped on read
+            ...
+            .lock                 advisory lock held by a writer
+
+Why this shape:
+
+- **Sub-store per teacher.** A new student, new loss weights or a new language never touch the
+  teacher's vectors; switching teachers back and forth finds each teacher's vectors still there.
+- **Append-only shards + atomic index.** An append writes new shard files under temporary names,
+  renames them into place, and only then replaces ``index.json`` (itself atomically). The index
+  lists only complete shards, so a crash or SIGKILL at any moment leaves the previous consistent
+  store; orphan files of an interrupted append are ignored and cleaned up by the next writer.
+  Long runs commit a shard every ``commit_rows`` sentences, so a killed run keeps its progress.
+- **Keys, not texts.** Sentences are keyed by a 128-bit hash of :func:`normalize_text`; the index
+  stays small (16 bytes a sentence) and lookups are a vectorised binary search.
+- **fp16 vectors.** Half the disk and page cache of fp32; teacher embeddings are unit-normalised,
+  where fp16 keeps ~3 significant digits (cosine error ~1e-3 at worst, far below training noise).
+
+Encoding (:func:`embed_into_store`) tokenises the missing sentences once to get their true token
+lengths and runs batches in descending token-length order, so padding is nearly zero; that, not a
+different model, is why it is faster than ``SentenceTransformer.encode`` (which sorts by characters).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gzip
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from xdistill.errors import InputFileError, XdistillError
+from xdistill.io import atomic_path, write_json_atomic
+
+if TYPE_CHECKING:  # heavy imports only where the model actually runs
+    from sentence_transformers import SentenceTransformer
+
+logger = logging.getLogger(__name__)
+
+STORE_FORMAT = 1
+INDEX_FILE = "index.json"
+LOCK_FILE = ".lock"
+SUBSTORE_PREFIX = "teacher-"
+KEY_DTYPE = np.dtype([("hi", "<u8"), ("lo", "<u8")])
+EMBEDDING_DTYPE = np.dtype("<f2")
+KEY_SCHEME = "blake2b-128(utf-8(normalize_text(text)))"
+PARALLEL_HEADER = ("source", "translation", "lang", "corpus")
+_SHARD_FILE = re.compile(r"^(keys|emb)-(\d{6})\.npy$")
+
+
+# --------------------------------------------------------------------------------------------
+# Keys
+# --------------------------------------------------------------------------------------------
+
+
+def normalized_texts(texts: Iterable[str]) -> list[str]:
+    """The project's canonical form of each text (the one the store is keyed and embedded by)."""
+    from xdistill.data.normalize import normalize_text
+
+    return [normalize_text(t) for t in texts]
+
+
+def keys_of_normalized(texts: Sequence[str]) -> np.ndarray:
+    """128-bit keys (structured ``hi``/``lo`` uint64) of already-normalised texts."""
+    digests = b"".join(hashlib.blake2b(t.encode("utf-8"), digest_size=16).digest() for t in texts)
+    raw = np.frombuffer(digests, dtype=">u8").reshape(-1, 2)
+    keys = np.empty(len(texts), dtype=KEY_DTYPE)
+    keys["hi"] = raw[:, 0]
+    keys["lo"] = raw[:, 1]
+    return keys
+
+
+def substore_name(teacher_id: str) -> str:
+    """Folder name of a teacher's sub-store: stable, filesystem-safe, derived from its identity."""
+    return SUBSTORE_PREFIX + hashlib.sha256(teacher_id.encode("utf-8")).hexdigest()[:12]
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EmbedStats:
+    """What one :func:`embed_into_store` call did.
+
+    ``n_requested`` counts distinct normalised sentences asked for; ``n_new`` of them were
+    encoded now and ``n_cached`` were already in the store (``n_new + n_cached == n_requested``).
+    """
+
+    n_requested: int
+    n_new: int
+    n_cached: int
+    seconds: float
+
+    @property
+    def sentences_per_second(self) -> float:
+        """Throughput of the encoding of new sentences (0 when nothing was encoded)."""
+        return self.n_new / self.seconds if self.n_new and self.seconds > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class _Shard:
+    number: int
+    rows: int
+    keys_file: str
+    emb_file: str
+    keys_bytes: int
+    emb_bytes: int
+    emb_blake2b: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _shard_from_json(index_path: Path, item: Any) -> _Shard:
+    try:
+        return _Shard(**{name: item[name] for name in _Shard.__dataclass_fields__})
+    except (KeyError, TypeError) as exc:
+        raise InputFileError(index_path, f"malformed shard entry {item!r} ({exc})") from exc
+
+
+def _load_npy(path: Path, dtype: np.dtype, shape: tuple[int, ...], expected_bytes: int) -> np.ndarray:
+    """Memory-map one shard file, checking it is complete and has the recorded layout."""
+    if not path.is_file():
+        raise InputFileError(path, "shard file listed in the store index is missing (store damaged)")
+    size = path.stat().st_size
+    if size != expected_bytes:
+        raise InputFileError(
+            path, f"file is {size} bytes, the store index records {expected_bytes} (truncated or corrupt)"
+        )
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputFileError(path, f"not a readable .npy file ({exc})") from exc
+    if array.dtype != dtype or array.shape != shape:
+        raise InputFileError(
+            path, f"holds {array.dtype} {array.shape}, the store index records {dtype} {shape} (corrupt)"
+        )
+    return array
+
+
+def _file_blake2b(path: Path) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class TeacherStore:
+    """Read access to one teacher's embeddings (a consistent snapshot taken at :meth:`open`).
+
+    >>> store = TeacherStore.open("data/teacher", teacher_spec="pypi:all-minilm-l6-v2")
+    >>> store.lookup(["Hello world."]).shape        # float32 [1, store.dimension]
+    """
+
+    def __init__(self, path: Path, index: dict[str, Any], shards: list[_Shard],
+                 keys: list[np.ndarray], embeddings: list[np.ndarray]) -> None:
+        self.path = path
+        self.teacher_id: str = index["teacher_id"]
+        self.teacher_spec: str = index.get("teacher_spec", "")
+        self.dimension: int = int(index["dimension"])
+        self._index = index
+        self._shards = shards
+        self._embeddings = embeddings
+        self._offsets = np.cumsum([0] + [s.rows for s in shards], dtype=np.int64)
+        all_keys = np.concatenate(keys) if keys else np.empty(0, dtype=KEY_DTYPE)
+        self._order = np.argsort(all_keys, kind="stable")
+        self._sorted_keys = all_keys[self._order]
+        if len(all_keys) > 1 and np.any(self._sorted_keys[1:] == self._sorted_keys[:-1]):
+            raise InputFileError(path / INDEX_FILE, "the same sentence key appears in two shards (corrupt store)")
+
+    # -- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | Path, *, teacher_spec: str | None = None,
+             teacher_id: str | None = None) -> TeacherStore:
+        """Open a teacher's sub-store.
+
+        ``path`` is either a sub-store folder (holding ``index.json``) or the store root
+        (``data/teacher``). Under the root, the sub-store is chosen by ``teacher_id`` (a
+        :func:`xdistill.models.model_fingerprint`), by ``teacher_spec`` (fingerprinted here),
+        or, when neither is given, is the only one there.
+        Raises :class:`XdistillError` when it is missing, corrupt or belongs to another teacher.
+        """
+        path = Path(path)
+        if teacher_spec is not None and teacher_id is None:
+            teacher_id = teacher_fingerprint(teacher_spec)
+        if not (path / INDEX_FILE).is_file():
+            path = cls._choose_substore(path, teacher_id, teacher_spec)
+        store = cls._open_substore(path)
+        if teacher_id is not None and store.teacher_id != teacher_id:
+            raise XdistillError(
+                f"{path}: holds embeddings of teacher {store.teacher_id!r}, not of {teacher_id!r}"
+            )
+        return store
+
+    @staticmethod
+    def _choose_substore(root: Path, teacher_id: str | None, teacher_spec: str | None) -> Path:
+        if not root.is_dir():
+            raise XdistillError(f"{root}: teacher store not found (run `xdistill teacher-embed` first)")
+        if teacher_id is not None:
+            sub = root / substore_name(teacher_id)
+            if not (sub / INDEX_FILE).is_file():
+                which = teacher_spec or teacher_id
+                raise XdistillError(
+                    f"{root}: no embeddings of teacher {which!r} (expected {sub.name}/); "
+                    "run `xdistill teacher-embed` with this teacher first"
+                )
+            return sub
+        subs = list_substores(root)
+        if len(subs) == 1:
+            return subs[0]
+        if not subs:
+            raise XdistillError(f"{root}: teacher store is empty (no {SUBSTORE_PREFIX}*/{INDEX_FILE})")
+        raise XdistillError(
+            f"{root}: holds embeddings of {len(subs)} teachers ({', '.join(s.name for s in subs)}); "
+            "say which with teacher_spec= or teacher_id="
+        )
+
+    @classmethod
+    def _open_substore(cls, path: Path) -> TeacherStore:
+        index_path = path / INDEX_FILE
+        index = read_index(index_path)
+        shards = [_shard_from_json(index_path, item) for item in index["shards"]]
+        dimension = int(index["dimension"])
+        keys, embeddings = [], []
+        for shard in shards:
+            keys.append(np.asarray(_load_npy(path / shard.keys_file, KEY_DTYPE, (shard.rows,), shard.keys_bytes)))
+            embeddings.append(
+                _load_npy(path / shard.emb_file, EMBEDDING_DTYPE, (shard.rows, dimension), shard.emb_bytes)
+            )
+        return cls(path, index, shards, keys, embeddings)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self._offsets[-1])
+
+    def __repr__(self) -> str:
+        return f"TeacherStore({str(self.path)!r}, teacher={self.teacher_spec or self.teacher_id!r}, " \
+               f"rows={len(self)}, dim={self.dimension})"
+
+    def _positions(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(global row of each key or -1, found mask)."""
+        if len(self._sorted_keys) == 0:
+            return np.full(len(keys), -1, dtype=np.int64), np.zeros(len(keys), dtype=bool)
+        pos = np.searchsorted(self._sorted_keys, keys)
+        clipped = np.minimum(pos, len(self._sorted_keys) - 1)
+        found = (pos < len(self._sorted_keys)) & (self._sorted_keys[clipped] == keys)
+        rows = np.where(found, self._order[clipped], -1).astype(np.int64)
+        return rows, found
+
+    def contains(self, texts: Sequence[str]) -> np.ndarray:
+        """bool [n]: whether each text (after normalisation) has a stored embedding."""
+        return self.contains_keys(keys_of_normalized(normalized_texts(texts)))
+
+    def contains_keys(self, keys: np.ndarray) -> np.ndarray:
+        """bool [n]: whether each key (see :func:`keys_of_normalized`) is stored."""
+        return self._positions(keys)[1]
+
+    def row_ids(self, texts: Sequence[str]) -> np.ndarray:
+        """int64 [n]: the store row of each text, for repeated :meth:`gather` without re-hashing.
+
+        Raises :class:`XdistillError` naming the first text that is not in the store.
+        """
+        normalized = normalized_texts(texts)
+        rows, found = self._positions(keys_of_normalized(normalized))
+        if not found.all():
+            missing = np.flatnonzero(~found)
+            first = texts[int(missing[0])]
+            raise XdistillError(
+                f"{self.path}: {len(missing)} of {len(texts)} sentences have no teacher embedding, "
+                f"first: {first!r} (re-run `xdistill teacher-embed` on the data you train with)"
+            )
+        return rows
+
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        """float32 [n, dim]: the embeddings at the given store rows."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty((len(rows), self.dimension), dtype=np.float32)
+        if len(rows) == 0:
+            return out
+        if rows.min() < 0 or rows.max() >= len(self):
+            raise XdistillError(f"{self.path}: row id out of range 0..{len(self) - 1}")
+        shard_of_row = np.searchsorted(self._offsets, rows, side="right") - 1
+        for shard in np.unique(shard_of_row):
+            selected = shard_of_row == shard
+            out[selected] = self._embeddings[shard][rows[selected] - self._offsets[shard]]
+        return out
+
+    def lookup(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 [n, dim]: the teacher embedding of each text (normalised before lookup).
+
+        Raises :class:`XdistillError` naming the first text that is not in the store.
+        """
+        return self.gather(self.row_ids(texts))
+
+    def verify(self) -> None:
+        """Re-hash every embedding shard against the checksum in the index (reads the whole store)."""
+        for shard in self._shards:
+            if _file_blake2b(self.path / shard.emb_file) != shard.emb_blake2b:
+                raise InputFileError(self.path / shard.emb_file, "checksum does not match the store index (corrupt)")
+
+
+def read_index(index_path: Path) -> dict[str, Any]:
+    """Parse and check a sub-store's ``index.json``."""
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputFileError(index_path, "store index not found") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputFileError(index_path, f"store index is not valid JSON ({exc})") from exc
+    if not isinstance(index, dict):
+        raise InputFileError(index_path, "store index is not a JSON object")
+    for field in ("format", "teacher_id", "dimension", "shards"):
+        if field not in index:
+            raise InputFileError(index_path, f"store index lacks '{field}'")
+    if index["format"] != STORE_FORMAT:
+        raise InputFileError(index_path, f"store format {index['format']!r}, this code reads {STORE_FORMAT}")
+    if not isinstance(index["dimension"], int) or index["dimension"] <= 0:
+        raise InputFileError(index_path, f"bad dimension {index['dimension']!r}")
+    if not isinstance(index["shards"], list):
+        raise InputFileError(index_path, "'shards' is not a list")
+    return index
+
+
+def list_substores(root: str | Path) -> list[Path]:
+    """The teacher sub-stores under a store root (those with an index), sorted by name."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.name.startswith(SUBSTORE_PREFIX) and (p / INDEX_FILE).is_file())
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _exclusive_lock(folder: Path) -> Iterator[None]:
+    """Serialise writers of one sub-store (readers need no lock: files are never rewritten)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / LOCK_FILE).open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _write_npy_durably(final: Path, array: np.ndarray) -> tuple[int, str]:
+    """Write ``array`` to ``final`` atomically and fsync it; return (size, blake2b)."""
+    with atomic_path(final) as tmp:
+        tmp.chmod(0o644)  # a shareable data file, not a private temp file
+        with tmp.open("wb") as handle:
+            np.save(handle, array, allow_pickle=False)
+            handle.flush()
+            os.fsync(handle.fileno())
+    return final.stat().st_size, _file_blake2b(final)
+
+
+class _SubstoreWriter:
+    """Appends shards to one sub-store; callers hold :func:`_exclusive_lock`."""
+
+    def __init__(self, path: Path, teacher_id: str, teacher_spec: str) -> None:
+        self.path = path
+        self.teacher_id = teacher_id
+        self.teacher_spec = teacher_spec
+        self.index: dict[str, Any] | None = read_index(path / INDEX_FILE) if (path / INDEX_FILE).is_file() else None
+        if self.index is not None and self.index["teacher_id"] != teacher_id:
+            raise XdistillError(
+                f"{path}: holds teacher {self.index['teacher_id']!r}, refusing to add {teacher_id!r} to it"
+            )
+        self._remove_orphans()
+
+    def _remove_orphans(self) -> None:
+        """Delete leftovers of an interrupted append: temp files and shards the index never listed."""
+        listed = set()
+        for item in (self.index or {}).get("shards", []):
+            listed.update((item.get("keys_file"), item.get("emb_file")))
+        for entry in self.path.iterdir():
+            leftover = entry.name.startswith(".") and ".tmp-" in entry.name
+            orphan = _SHARD_FILE.match(entry.name) is not None and entry.name not in listed
+            if (leftover or orphan) and entry.is_file():
+                logger.info("removing leftover of an interrupted append: %s", entry)
+                entry.unlink(missing_ok=True)
+
+    def append(self, keys: np.ndarray, embeddings: np.ndarray) -> None:
+        """Commit one shard: data files first, then the index that makes them visible."""
+        if not np.isfinite(embeddings).all():
+            raise XdistillError(f"{self.path}: the teacher produced non-finite embeddings")
+        half = embeddings.astype(EMBEDDING_DTYPE)
+        if not np.isfinite(half).all():
+            raise XdistillError(f"{self.path}: teacher embeddings overflow float16 (values beyond ±65504)")
+        if self.index is None:
+            self.index = {
+                "format": STORE_FORMAT,
+                "teacher_id": self.teacher_id,
+                "teacher_spec": self.teacher_spec,
+                "dimension": int(embeddings.shape[1]),
+                "dtype": EMBEDDING_DTYPE.str,
+                "key": KEY_SCHEME,
+                "rows": 0,
+                "shards": [],
+            }
+        if embeddings.shape[1] != self.index["dimension"]:
+            raise XdistillError(
+                f"{self.path}: embeddings of dimension {embeddings.shape[1]}, the store holds {self.index['dimension']}"
+            )
+        number = max((s["number"] for s in self.index["shards"]), default=0) + 1
+        keys_file, emb_file = f"keys-{number:06d}.npy", f"emb-{number:06d}.npy"
+        keys_bytes, _ = _write_npy_durably(self.path / keys_file, np.ascontiguousarray(keys, dtype=KEY_DTYPE))
+        emb_bytes, emb_hash = _write_npy_durably(self.path / emb_file, half)
+        shard = _Shard(number, len(keys), keys_file, emb_file, keys_bytes, emb_bytes, emb_hash)
+        updated = dict(self.index)
+        updated["shards"] = [*self.index["shards"], shard.to_json()]
+        updated["rows"] = int(self.index["rows"]) + len(keys)
+        updated["teacher_spec"] = self.teacher_spec
+        write_json_atomic(self.path / INDEX_FILE, updated)
+        self.index = updated
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding
+# --------------------------------------------------------------------------------------------
+
+
+def teacher_fingerprint(teacher_spec: str) -> str:
+    """The teacher's identity as recorded in the store (see :func:`xdistill.models.model_fingerprint`)."""
+    from xdistill.models import model_fingerprint
+
+    return model_fingerprint(teacher_spec)
+
+
+def _token_lengths(model: SentenceTransformer, texts: Sequence[str], chunk: int = 4096) -> np.ndarray:
+    """Token count of each text as the model will see it (characters when there is no tokenizer)."""
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        return np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+    max_length = getattr(model, "max_seq_length", None)
+    lengths = np.empty(len(texts), dtype=np.int64)
+    for start in range(0, len(texts), chunk):
+        encoded = tokenizer(
+            list(texts[start : start + chunk]),
+            truncation=max_length is not None,
+            max_length=max_length,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )["input_ids"]
+        lengths[start : start + len(encoded)] = [len(ids) for ids in encoded]
+    return lengths
+
+
+def encode_length_sorted(
+    model: SentenceTransformer, texts: Sequence[str], batch_size: int, *, progress: bool = True
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield ``(indices into texts, float32 embeddings)`` batch by batch, longest texts first.
+
+    Sorting by true token length (not characters) makes every batch nearly padding-free.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    from xdistill.models import default_prompt
+
+    prompt = default_prompt(model) or None  # as SentenceTransformer.encode adds it (mE5: "query: ")
+    order = np.argsort(-_token_lengths(model, texts), kind="stable")
+    model.eval()
+    with torch.inference_mode(), tqdm(total=len(texts), desc="teacher embeddings", unit="sent",
+                                       disable=not progress, mininterval=2.0) as bar:
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            features = model.preprocess([texts[i] for i in batch], prompt=prompt)
+            features = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
+            embeddings = model(features)["sentence_embedding"]
+            yield batch, embeddings.float().cpu().numpy()
+            bar.update(len(batch))
+
+
+def _resolve_device(device: str | None) -> str:
+    if device:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def embed_into_store(
+    store_dir: str | Path,
+    teacher_spec: str,
+    sentences: Iterable[str],
+    *,
+    batch_size: int = 128,
+    device: str | None = None,
+    commit_rows: int = 16384,
+    progress: bool = True,
+) -> EmbedStats:
+    """Make sure every sentence has a teacher embedding in ``store_dir``; encode only the missing.
+
+    Sentences are normalised (:func:`normalize_text`) and de-duplicated first; the teacher is not
+    even loaded when nothing is missing. New embeddings are committed every ``commit_rows``
+    sentences, so an interrupted run resumes where it stopped.
+    """
+    if batch_size <= 0 or commit_rows <= 0:
+        raise XdistillError(f"batch_size and commit_rows must be positive, got {batch_size}, {commit_rows}")
+    start = time.perf_counter()
+    texts = list(dict.fromkeys(normalized_texts(sentences)))
+    keys = keys_of_normalized(texts)
+    teacher_id = teacher_fingerprint(teacher_spec)
+    path = Path(store_dir) / substore_name(teacher_id)
+    with _exclusive_lock(path):
+        writer = _SubstoreWriter(path, teacher_id, teacher_spec)
+        missing = np.arange(len(texts))
+        if writer.index is not None:
+            missing = np.flatnonzero(~TeacherStore._open_substore(path).contains_keys(keys))
+        logger.info("teacher %s: %d distinct sentences, %d already stored, %d to embed (store %s)",
+                    teacher_spec, len(texts), len(texts) - len(missing), len(missing), path)
+        if len(missing):
+            _encode_missing(writer, teacher_spec, [texts[i] for i in missing], keys[missing],
+                            batch_size=batch_size, device=_resolve_device(device),
+                            commit_rows=commit_rows, progress=progress)
+    stats = EmbedStats(len(texts), len(missing), len(texts) - len(missing), time.perf_counter() - start)
+    logger.info("teacher embeddings: %d new, %d cached in %.1f s (%.0f new sentences/s)",
+                stats.n_new, stats.n_cached, stats.seconds, stats.sentences_per_second)
+    return stats
+
+
+def _encode_missing(writer: _SubstoreWriter, teacher_spec: str, texts: list[str], keys: np.ndarray, *,
+                    batch_size: int, device: str, commit_rows: int, progress: bool) -> None:
+    from xdistill.models import load_sentence_transformer
+
+    model = load_sentence_transformer(teacher_spec, device=device)
+    pending_rows: list[np.ndarray] = []
+    pending_embeddings: list[np.ndarray] = []
+    pending = 0
+
+    def commit() -> None:
+        nonlocal pending
+        rows = np.concatenate(pending_rows)
+        writer.append(keys[rows], np.concatenate(pending_embeddings))
+        pending_rows.clear()
+        pending_embeddings.clear()
+        pending = 0
+
+    for rows, embeddings in encode_length_sorted(model, texts, batch_size, progress=progress):
+        pending_rows.append(rows)
+        pending_embeddings.append(embeddings)
+        pending += len(rows)
+        if pending >= commit_rows:
+            commit()
+    if pending:
+        commit()
+
+
+# --------------------------------------------------------------------------------------------
+# The DVC stage
+# --------------------------------------------------------------------------------------------
+
+
+def read_source_sentences(path: str | Path) -> list[str]:
+    """The ``source`` column of a parallel file (gzipped TSV: source, translation, lang, corpus)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputFileError(path, "parallel data file not found (run the `parallel` stage first)")
+    sources = []
+    try:
+        with gzip.open(path, "rt", encoding="utf-8", newline="\n") as handle:
+            header = tuple(handle.readline().rstrip("\n").split("\t"))
+            if header[: len(PARALLEL_HEADER)] != PARALLEL_HEADER:
+                raise InputFileError(path, f"header is {header!r}, expected {PARALLEL_HEADER!r}", 1)
+            for line_number, line in enumerate(handle, start=2):
+                fields = line.rstrip("\n").split("\t")
+                if len(fields) < len(PARALLEL_HEADER):
+                    raise InputFileError(path, f"{len(fields)} tab-separated fields, expected {len(PARALLEL_HEADER)}",
+                                         line_number)
+                if not fields[0].strip():
+                    raise InputFileError(path, "empty source sentence", line_number)
+                sources.append(fields[0])
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise InputFileError(path, f"cannot read gzipped UTF-8 text ({exc})") from exc
+    return sources
+
+
+def build_teacher_store(parallel_files: Sequence[str | Path], store_dir: str | Path,
+                        params: Mapping[str, Any]) -> EmbedStats:
+    """The ``teacher_embed`` stage: embed every distinct source sentence of the parallel files.
+
+    ``params``: ``teacher`` (model spec, from ``models.teacher``) plus the ``teacher_embed``
+    section: ``batch_size``, ``device`` (null = cuda when present, else cpu), ``commit_rows``.
+    """
+    if not params.get("teacher"):
+        raise XdistillError("teacher_embed: no teacher model spec (params.yaml models.teacher)")
+    sentences: list[str] = []
+    for path in parallel_files:
+        sentences.extend(read_source_sentences(path))
+        logger.info("read %s: %d source sentences so far", path, len(sentences))
+    return embed_into_store(
+        store_dir,
+        str(params["teacher"]),
+        sentences,
+        batch_size=int(params.get("batch_size", 128)),
+        device=params.get("device"),
+        commit_rows=int(params.get("commit_rows", 16384)),
+    )
