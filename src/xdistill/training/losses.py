@@ -1,0 +1,194 @@
+"""Distillation losses: Reimers & Gurevych MSE and the LEALLA / LaBSE objectives.
+
+All functions take embeddings as ``[batch, dim]`` tensors where row ``i`` of ``student_src``
+(English source), ``student_tgt`` (its translation) and ``teacher_src`` (the teacher's vector of
+the source, from the teacher store) belong to the same translation pair.
+
+Conventions (documented once, used everywhere):
+
+- An "MSE" is :func:`torch.nn.functional.mse_loss`: the mean over every element.
+- A loss over the two sides of a pair (src and tgt, or src->tgt and tgt->src) is the **mean**
+  of the two for the MSE-type losses, as in Reimers & Gurevych: their code trains on
+  ``(src, teacher(src))`` and ``(tgt, teacher(src))`` as separate examples of one MSE, and
+  sentence-transformers' ``MSELoss`` averages its per-column MSEs; and the **sum** of the two
+  directions for the additive margin softmax, as LaBSE defines its bidirectional loss.
+
+:class:`DistillationObjective` combines any subset of the four with weights and owns the
+trainable projection of feature distillation (the projection is never part of the exported student).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from xdistill.errors import XdistillError
+
+LOSS_NAMES = ("mse", "feature_distillation", "logit_distillation", "additive_margin_softmax")
+
+
+def _check_pair_shapes(student_src: Tensor, student_tgt: Tensor, teacher_src: Tensor) -> None:
+    if student_src.shape != student_tgt.shape or student_src.shape[0] != teacher_src.shape[0]:
+        raise ValueError(
+            f"batch shapes disagree: student_src {tuple(student_src.shape)}, "
+            f"student_tgt {tuple(student_tgt.shape)}, teacher_src {tuple(teacher_src.shape)}"
+        )
+
+
+def mse_distillation_loss(student_src: Tensor, student_tgt: Tensor, teacher_src: Tensor) -> Tensor:
+    """Reimers & Gurevych (2020): pull student(src) and student(tgt) onto teacher(src).
+
+    ``(MSE(student_src, teacher_src) + MSE(student_tgt, teacher_src)) / 2``, each MSE the mean
+    over all elements. Needs ``student dim == teacher dim``.
+    """
+    _check_pair_shapes(student_src, student_tgt, teacher_src)
+    if student_src.shape[1] != teacher_src.shape[1]:
+        raise ValueError(
+            f"MSE needs the student's dimension ({student_src.shape[1]}) to equal the teacher's "
+            f"({teacher_src.shape[1]}); use feature distillation (a projection) for a smaller student"
+        )
+    return 0.5 * (F.mse_loss(student_src, teacher_src) + F.mse_loss(student_tgt, teacher_src))
+
+
+def feature_distillation_loss(projection: nn.Module, student_src: Tensor, student_tgt: Tensor,
+                              teacher_src: Tensor) -> Tensor:
+    """LEALLA feature distillation: project the student (dim -> teacher dim), then the MSE above.
+
+    ``projection`` is trainable and lives in the objective, so a low-dimensional student learns
+    to carry the teacher's information without having to be the teacher's size.
+    """
+    return mse_distillation_loss(projection(student_src), projection(student_tgt), teacher_src)
+
+
+def cosine_similarity_matrix(left: Tensor, right: Tensor) -> Tensor:
+    """``[n, m]`` cosines between every row of ``left`` and every row of ``right``."""
+    return F.normalize(left, dim=-1) @ F.normalize(right, dim=-1).T
+
+
+def logit_distillation_loss(student_src: Tensor, student_tgt: Tensor, teacher_src: Tensor,
+                            temperature: float) -> Tensor:
+    """LEALLA logit distillation: match the in-batch similarity structure of the teacher.
+
+    Teacher logits: ``cos(teacher_src_i, teacher_src_j) / T`` (the teacher is English-only, so its
+    view of a translation is its view of the source); student logits:
+    ``cos(student_src_i, student_tgt_j) / T``; the loss is the MSE between the two ``[n, n]``
+    matrices. Works across dimensions (only cosines are compared).
+    """
+    _check_pair_shapes(student_src, student_tgt, teacher_src)
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    teacher_logits = cosine_similarity_matrix(teacher_src, teacher_src) / temperature
+    student_logits = cosine_similarity_matrix(student_src, student_tgt) / temperature
+    return F.mse_loss(student_logits, teacher_logits)
+
+
+def additive_margin_softmax_loss(src: Tensor, tgt: Tensor, margin: float, scale: float) -> Tensor:
+    """LaBSE's bidirectional in-batch translation ranking with an additive margin.
+
+    Logits ``scale * (cos(src_i, tgt_j) - margin * [i == j])``; cross-entropy with the true
+    translation as the class, averaged over the batch, summed over src->tgt and tgt->src.
+    """
+    if src.shape != tgt.shape:
+        raise ValueError(f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} must have the same shape")
+    cosines = cosine_similarity_matrix(src, tgt)
+    logits = scale * (cosines - margin * torch.eye(len(src), dtype=cosines.dtype, device=cosines.device))
+    labels = torch.arange(len(src), device=src.device)
+    return F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Weights (0 = off) and hyper-parameters of the distillation objective.
+
+    In params.yaml (the trainer's section), e.g. for a 128-d student::
+
+        loss: {mse: 0.0, feature_distillation: 1.0, logit_distillation: 1.0,
+               additive_margin_softmax: 0.1, temperature: 0.1, margin: 0.3, scale: 20.0}
+    """
+
+    mse: float = 1.0
+    feature_distillation: float = 0.0
+    logit_distillation: float = 0.0
+    additive_margin_softmax: float = 0.0
+    temperature: float = 0.1  # logit distillation; cosines / T
+    margin: float = 0.3  # additive margin softmax, LaBSE's value
+    scale: float = 20.0  # additive margin softmax; cosines in [-1, 1] need a scale to be sharp logits
+
+    def __post_init__(self) -> None:
+        for name in LOSS_NAMES:
+            if getattr(self, name) < 0:
+                raise XdistillError(f"loss weight {name} must be >= 0, got {getattr(self, name)}")
+        if not any(getattr(self, name) > 0 for name in LOSS_NAMES):
+            raise XdistillError(f"every loss weight is 0; turn on at least one of {', '.join(LOSS_NAMES)}")
+        if self.temperature <= 0 or self.scale <= 0:
+            raise XdistillError(f"temperature and scale must be positive, got {self.temperature}, {self.scale}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> LossConfig:
+        """Build from a params mapping; unknown keys are an error (a typo must not silently do nothing)."""
+        values = dict(values or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise XdistillError(f"unknown loss setting(s) {unknown}; known: {sorted(known)}")
+        try:
+            return cls(**{k: float(v) for k, v in values.items()})
+        except (TypeError, ValueError) as exc:
+            raise XdistillError(f"loss settings must be numbers: {exc}") from exc
+
+    @property
+    def active(self) -> tuple[str, ...]:
+        """Names of the losses with a positive weight, in a fixed order."""
+        return tuple(name for name in LOSS_NAMES if getattr(self, name) > 0)
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+class DistillationObjective(nn.Module):
+    """Weighted sum of the active losses; owns the feature-distillation projection.
+
+    ``forward(student_src, student_tgt, teacher_src)`` returns ``(total, parts)``: ``total`` the
+    weighted sum (a scalar with gradients), ``parts`` each active loss's unweighted value, detached.
+    Save only the student for export: this module's parameters (the projection) are training-only.
+    """
+
+    def __init__(self, config: LossConfig | Mapping[str, Any] | None, student_dim: int, teacher_dim: int) -> None:
+        super().__init__()
+        self.config = config if isinstance(config, LossConfig) else LossConfig.from_mapping(config)
+        self.student_dim, self.teacher_dim = int(student_dim), int(teacher_dim)
+        if self.config.mse > 0 and self.student_dim != self.teacher_dim:
+            raise XdistillError(
+                f"loss mse needs the student's dimension ({self.student_dim}) to equal the teacher's "
+                f"({self.teacher_dim}); use feature_distillation for a smaller student"
+            )
+        self.projection: nn.Linear | None = (
+            nn.Linear(self.student_dim, self.teacher_dim) if self.config.feature_distillation > 0 else None
+        )
+
+    def forward(self, student_src: Tensor, student_tgt: Tensor,
+                teacher_src: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        # Losses in float32 even under bf16 autocast: cosines / T and scale * cosines need the precision.
+        student_src, student_tgt, teacher_src = student_src.float(), student_tgt.float(), teacher_src.float()
+        parts: dict[str, Tensor] = {}
+        if self.config.mse > 0:
+            parts["mse"] = mse_distillation_loss(student_src, student_tgt, teacher_src)
+        if self.projection is not None:
+            parts["feature_distillation"] = feature_distillation_loss(
+                self.projection, student_src, student_tgt, teacher_src
+            )
+        if self.config.logit_distillation > 0:
+            parts["logit_distillation"] = logit_distillation_loss(
+                student_src, student_tgt, teacher_src, self.config.temperature
+            )
+        if self.config.additive_margin_softmax > 0:
+            parts["additive_margin_softmax"] = additive_margin_softmax_loss(
+                student_src, student_tgt, self.config.margin, self.config.scale
+            )
+        total = sum(getattr(self.config, name) * value for name, value in parts.items())
+        return total, {name: value.detach() for name, value in parts.items()}
