@@ -1,0 +1,104 @@
+"""Training checkpoints: atomic files that make a resumed run bit-identical to an uninterrupted one.
+
+A checkpoint holds the student's trainable weights (the frozen word-embedding table is rebuilt
+from the model spec, which keeps a mE5 checkpoint at ~1/5 of the full model), the objective's
+weights (feature-distillation projection), optimiser and scheduler state, every process's RNG
+states (python, numpy, torch CPU and CUDA), the data position, the history and the early-stopping
+state, and a fingerprint of everything that shapes the trajectory. A checkpoint whose fingerprint
+differs from the current run's is ignored and the run starts fresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from xdistill.io import atomic_path
+
+logger = logging.getLogger(__name__)
+
+LAST = "last.pt"
+BEST = "best.pt"
+
+
+def run_fingerprint(parts: dict[str, Any]) -> str:
+    """A short stable hash of JSON-serialisable run settings."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def file_digest(path: str | Path, chunk: int = 1 << 20) -> str:
+    """blake2b of a file's bytes (the training data are a few MB: hashing is cheap)."""
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Every RNG state training consumes (dropout draws from torch's generators)."""
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (CPU and every GPU)."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def save_checkpoint(directory: Path, name: str, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` to ``directory/name`` atomically (a kill leaves the previous file intact)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / name
+    with atomic_path(final) as tmp:
+        torch.save(payload, tmp)
+    return final
+
+
+def load_checkpoint(directory: Path, name: str, fingerprint: str) -> dict[str, Any] | None:
+    """The checkpoint ``directory/name`` when it exists and belongs to this run, else None."""
+    path = directory / name
+    if not path.is_file():
+        return None
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - an unreadable checkpoint only means "start fresh"
+        logger.warning("ignoring unreadable checkpoint %s (%s)", path, exc)
+        return None
+    if payload.get("fingerprint") != fingerprint:
+        logger.info("checkpoint %s belongs to other settings (%s != %s): starting fresh",
+                    path, payload.get("fingerprint"), fingerprint)
+        return None
+    return payload
+
+
+def clear_checkpoints(directory: Path) -> None:
+    """Remove a previous run's checkpoints (other settings): they can never be resumed."""
+    if directory.is_dir():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,141 @@
+"""Parallel training pairs: reading, one-time tokenisation and length-bucketed batches.
+
+Pairs are tokenised once up front (sentence-transformers' trainer tokenises every batch again)
+and batched so that pairs of similar length share a batch, which removes most padding. The batch
+order of an epoch is a pure function of ``(seed, epoch)``, so the data position of a run is just
+the number of batches consumed: resuming needs no sampler state.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from xdistill.errors import InputFileError
+
+PARALLEL_HEADER = ("source", "translation", "lang", "corpus")
+
+
+@dataclass
+class ParallelPairs:
+    """English sources, their translations, and each pair's language."""
+
+    sources: list[str]
+    translations: list[str]
+    langs: list[str]
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def head(self, n: int | None) -> ParallelPairs:
+        """The first ``n`` pairs (all when ``n`` is None)."""
+        if n is None or n >= len(self):
+            return self
+        return ParallelPairs(self.sources[:n], self.translations[:n], self.langs[:n])
+
+
+def read_parallel_pairs(path: str | Path) -> ParallelPairs:
+    """Read a (gzipped) ``source<TAB>translation<TAB>lang<TAB>corpus`` file with that header."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputFileError(path, "parallel data file not found (run the `parallel` stage first)")
+    opener = gzip.open if path.suffix == ".gz" else open
+    sources: list[str] = []
+    translations: list[str] = []
+    langs: list[str] = []
+    try:
+        with opener(path, "rt", encoding="utf-8", newline="") as handle:
+            reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+            header = next(reader, None)
+            if header is None or tuple(header[:2]) != PARALLEL_HEADER[:2]:
+                raise InputFileError(path, f"expected a header starting with 'source\\ttranslation', got {header}", 1)
+            lang_col = header.index("lang") if "lang" in header else None
+            for line_no, row in enumerate(reader, start=2):
+                if len(row) < 2 or not row[0].strip() or not row[1].strip():
+                    raise InputFileError(path, f"expected a non-empty source and translation, got {row!r}", line_no)
+                sources.append(row[0])
+                translations.append(row[1])
+                langs.append(row[lang_col] if lang_col is not None and lang_col < len(row) else "")
+    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile, csv.Error) as exc:
+        raise InputFileError(path, f"unreadable parallel data: {exc}") from exc
+    if not sources:
+        raise InputFileError(path, "no sentence pairs")
+    return ParallelPairs(sources, translations, langs)
+
+
+def tokenize_texts(tokenizer, texts: Sequence[str], max_length: int, prompt: str = "", chunk: int = 4096) -> list[list[int]]:
+    """Token ids of ``prompt + text`` for every text, truncated to ``max_length`` (no padding)."""
+    ids: list[list[int]] = []
+    for start in range(0, len(texts), chunk):
+        batch = [prompt + text for text in texts[start : start + chunk]]
+        encoded = tokenizer(batch, truncation=True, max_length=max_length, padding=False)
+        ids.extend(encoded["input_ids"])
+    return ids
+
+
+def pad_batch(token_ids: Sequence[Sequence[int]], pad_id: int, with_token_types: bool) -> dict[str, torch.Tensor]:
+    """Right-pad a list of token-id lists into model features."""
+    width = max(len(ids) for ids in token_ids)
+    input_ids = torch.full((len(token_ids), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(token_ids), width), dtype=torch.long)
+    for row, ids in enumerate(token_ids):
+        input_ids[row, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+        attention[row, : len(ids)] = 1
+    features = {"input_ids": input_ids, "attention_mask": attention}
+    if with_token_types:
+        features["token_type_ids"] = torch.zeros_like(input_ids)
+    return features
+
+
+def epoch_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int, bucket_batches: int = 64) -> list[np.ndarray]:
+    """Length-bucketed batches of pair indices for one epoch, a pure function of ``(seed, epoch)``.
+
+    The pairs are shuffled, cut into pools of ``bucket_batches`` batches, sorted by length inside
+    each pool and cut into batches; the batch order is then shuffled. Every batch has exactly
+    ``batch_size`` pairs (the few left over join a later epoch's shuffle), which keeps gradient
+    averaging identical however many processes share a batch.
+    """
+    n = len(lengths)
+    if n < batch_size:
+        raise ValueError(f"{n} training pairs are fewer than one batch of {batch_size}")
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(n)[: (n // batch_size) * batch_size]
+    pool = batch_size * bucket_batches
+    batches: list[np.ndarray] = []
+    for start in range(0, len(order), pool):
+        chunk = order[start : start + pool]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+class BatchStream:
+    """Endless stream of length-bucketed batches; ``position`` batches consumed so far."""
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, position: int = 0) -> None:
+        self.lengths = lengths
+        self.batch_size = batch_size
+        self.seed = seed
+        self.batches_per_epoch = len(lengths) // batch_size
+        self.position = position
+        self._epoch = -1
+        self._batches: list[np.ndarray] = []
+
+    @property
+    def epoch(self) -> int:
+        return self.position // max(self.batches_per_epoch, 1)
+
+    def next(self) -> np.ndarray:
+        epoch, index = divmod(self.position, self.batches_per_epoch)
+        if epoch != self._epoch:
+            self._batches = epoch_batches(self.lengths, self.batch_size, self.seed, epoch)
+            self._epoch = epoch
+        self.position += 1
+        return self._batches[index]

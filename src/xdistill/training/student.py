@@ -1,0 +1,176 @@
+"""Student encoders for distillation: any resolvable encoder, optionally made thinner.
+
+A student is an ordinary :class:`~sentence_transformers.SentenceTransformer` built from a model
+spec (``pypi:multilingual-e5-small``, a local folder, a hub id) with three optional changes:
+
+- keep only the first ``keep_layers`` transformer layers (a shallower, faster student);
+- freeze the word-embedding table (for mE5 that is 96M of its 117M parameters: training is
+  ~2-3x faster and the vocabulary of languages absent from the training data is not damaged);
+- add an output :class:`Dense` layer to ``output_dim`` (LEALLA-style low-dimensional students),
+  placed after pooling and before any ``Normalize`` so exported embeddings stay unit length.
+
+Because every change is a real sentence-transformers module, :func:`save_student` writes a
+folder that ``SentenceTransformer(path)`` loads as is; the feature-distillation projection lives
+in the loss, not in the student, so it is never exported.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from sentence_transformers import SentenceTransformer
+from torch import nn
+
+from xdistill.errors import XdistillError
+from xdistill.io import atomic_path
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StudentConfig:
+    """How to build the student from its base encoder (``train.student`` in params.yaml)."""
+
+    spec: str
+    keep_layers: int | None = None
+    freeze_word_embeddings: bool = True
+    output_dim: int | None = None
+    max_seq_length: int = 128
+    # None keeps the base model's dropout; 0.0 makes training deterministic across process counts.
+    dropout: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_params(cls, spec: str, section: dict[str, Any] | None, max_seq_length: int) -> StudentConfig:
+        section = dict(section or {})
+        known = {"keep_layers", "freeze_word_embeddings", "output_dim", "dropout"}
+        unknown = set(section) - known
+        if unknown:
+            raise XdistillError(f"params train.student: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+        return cls(spec=spec, max_seq_length=max_seq_length, **section)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_student(config: StudentConfig, device: str | torch.device = "cpu", seed: int = 0) -> SentenceTransformer:
+    """Load the base encoder and apply the configured changes. Deterministic for a given ``seed``."""
+    from xdistill.models import load_sentence_transformer
+
+    model = load_sentence_transformer(config.spec)
+    model.max_seq_length = config.max_seq_length
+    if config.keep_layers is not None:
+        keep_first_layers(model, config.keep_layers)
+    if config.dropout is not None:
+        set_dropout(model, config.dropout)
+    if config.freeze_word_embeddings:
+        freeze_word_embeddings(model)
+    if config.output_dim is not None:
+        # The Dense head's random init must not depend on what ran before in the process.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            add_output_dense(model, config.output_dim)
+    return model.to(device)
+
+
+def transformer_backbone(model: SentenceTransformer) -> nn.Module:
+    """The Hugging Face model inside the student's first (Transformer) module."""
+    first = model[0]
+    backbone = getattr(first, "auto_model", None) or getattr(first, "model", None)
+    if not isinstance(backbone, nn.Module):
+        raise XdistillError(f"student's first module {type(first).__name__} holds no transformer model")
+    return backbone
+
+
+def _layer_stack(backbone: nn.Module) -> tuple[nn.Module, str, nn.ModuleList]:
+    """Find the ModuleList of transformer layers (BERT/XLM-R/MPNet ``encoder.layer``, DistilBERT ``transformer.layer``)."""
+    n_layers = getattr(backbone.config, "num_hidden_layers", None) or getattr(backbone.config, "n_layers", None)
+    for name, module in backbone.named_modules():
+        for child_name, child in module.named_children():
+            if isinstance(child, nn.ModuleList) and len(child) == n_layers:
+                return module, child_name, child
+    raise XdistillError(f"cannot find the {n_layers} transformer layers of {type(backbone).__name__}")
+
+
+def keep_first_layers(model: SentenceTransformer, k: int) -> None:
+    """Drop every transformer layer after the first ``k`` (updates the saved config too)."""
+    backbone = transformer_backbone(model)
+    parent, attr, layers = _layer_stack(backbone)
+    if not 1 <= k <= len(layers):
+        raise XdistillError(f"train.student.keep_layers={k}: the base model has {len(layers)} layers")
+    setattr(parent, attr, nn.ModuleList(list(layers)[:k]))
+    for key in ("num_hidden_layers", "n_layers"):
+        if hasattr(backbone.config, key):
+            setattr(backbone.config, key, k)
+    logger.info("student: kept the first %d of %d transformer layers", k, len(layers))
+
+
+def set_dropout(model: SentenceTransformer, probability: float) -> None:
+    """Set every dropout probability of the student (modules and saved config)."""
+    if not 0.0 <= probability < 1.0:
+        raise XdistillError(f"train.student.dropout must be in [0, 1), got {probability}")
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = probability
+    config = transformer_backbone(model).config
+    for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout"):
+        if hasattr(config, key):
+            setattr(config, key, probability)
+
+
+def freeze_word_embeddings(model: SentenceTransformer) -> None:
+    """Stop gradient updates of the word-embedding table (position/type embeddings stay trainable)."""
+    embeddings = transformer_backbone(model).get_input_embeddings()
+    embeddings.weight.requires_grad_(False)
+    logger.info("student: froze the word-embedding table (%s parameters)", f"{embeddings.weight.numel():,}")
+
+
+def add_output_dense(model: SentenceTransformer, output_dim: int) -> None:
+    """Insert a linear Dense layer to ``output_dim`` right after pooling (before Normalize)."""
+    from sentence_transformers.base.modules.dense import Dense
+
+    in_dim = model.get_embedding_dimension()
+    if output_dim < 1:
+        raise XdistillError(f"train.student.output_dim must be positive, got {output_dim}")
+    dense = Dense(in_dim, output_dim, bias=True, activation_function=nn.Identity())
+    modules = list(model._modules.items())
+    insert_at = next((i + 1 for i, (_, m) in enumerate(modules) if type(m).__name__ == "Pooling"), len(modules))
+    for name, _ in modules:
+        del model._modules[name]
+    reordered = [m for _, m in modules[:insert_at]] + [dense] + [m for _, m in modules[insert_at:]]
+    for index, module in enumerate(reordered):
+        model._modules[str(index)] = module
+    logger.info("student: added a Dense output layer %d -> %d", in_dim, output_dim)
+
+
+def trainable_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The parameters that training changes plus all buffers (frozen weights are rebuilt from the spec)."""
+    parameters = dict(model.named_parameters())
+    return {
+        name: tensor.detach().clone()
+        for name, tensor in model.state_dict().items()
+        if name not in parameters or parameters[name].requires_grad
+    }
+
+
+def load_trainable_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Load a :func:`trainable_state_dict`; every key it lacks must be a frozen parameter."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
+    bad_missing = [k for k in missing if k not in frozen]
+    if unexpected or bad_missing:
+        raise XdistillError(
+            f"checkpoint does not match the student (unexpected {unexpected[:5]}, missing {bad_missing[:5]})"
+        )
+
+
+def save_student(model: SentenceTransformer, output_dir: str | Path) -> Path:
+    """Write the student as a sentence-transformers folder, atomically (replaces ``output_dir``)."""
+    output_dir = Path(output_dir)
+    with atomic_path(output_dir, is_dir=True) as tmp:
+        model.save(str(tmp))
+    return output_dir
