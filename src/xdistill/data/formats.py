@@ -1,0 +1,334 @@
+"""Streaming readers for every parallel-data format the project trains on.
+
+Every reader yields ``(lang, english, translation)`` triples, reading gzip or plain text line by
+line (memory does not grow with the file). Malformed rows -- wrong column count, invalid UTF-8, NUL
+bytes, CR LF line ends, a header row where none belongs -- are counted per file by a
+:class:`RowChecker`, a few are quoted with ``file:line``, and skipped; when more than
+``max_bad_share`` of a file's rows are bad the reader raises :class:`InputFileError` naming the file.
+
+Formats (the ``format`` key of a ``parallel.sources`` entry):
+
+- ``ted2020``: the sentence-transformers TED2020 TSV: a header row of language codes, one aligned
+  unit per row, empty cells where a talk has no translation, no quoting.
+- ``st_parallel``: the generic sentence-transformers parallel TSV: column 1 the English sentence,
+  columns 2..n translations (languages from ``columns``, or the file's ``{lang}``).
+- ``opus_sample``: OPUS alignment listings (``(src)="1"> ...`` / ``(trg)="1"> ...`` blocks separated
+  by ``<hr>``; multi-sentence units joined with a space), as in the OPUS website bitext samples.
+- ``moses``: line-aligned file pairs (Moses / OPUS ``.en`` + ``.xx``; Multi30k).
+- ``tatoeba``: Tatoeba Challenge TSV ``en, xx, label`` with a header.
+- ``wmt``: WMT newstest TSV ``testset, en, xx`` with a header (``exclude_testsets`` drops rows).
+- ``dictionary``: bilingual dictionaries as word pairs (MUSE: ``src<TAB>tgt`` or ``src tgt``; FreeDict
+  with ``header: true``), English in ``source_column``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from itertools import zip_longest
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xdistill.data.languages import known_codes
+from xdistill.errors import InputFileError, XdistillError
+
+Triple = tuple[str, str, str]  # (lang, english, translation)
+
+MAX_QUOTES_PER_FILE = 3
+_QUOTE_CHARS = 80
+_SOURCE_HEADER_WORDS = {"en", "eng", "english", "src", "source", "sentence", "sentence1", "testset"}
+_TARGET_HEADER_WORDS = {"tgt", "trg", "target", "translation", "translations", "sentence2", "en", "eng"}
+
+
+@dataclass
+class RowChecker:
+    """Malformed-row accounting for one input file."""
+
+    path: str
+    max_bad_share: float
+    rows: int = 0
+    bad: int = 0
+    reasons: Counter = field(default_factory=Counter)
+    quotes: list[str] = field(default_factory=list)
+
+    def reject(self, line_no: int, reason: str, raw: bytes | str) -> None:
+        """Count a malformed row (and quote it if it is one of the first few)."""
+        self.bad += 1
+        self.reasons[reason] += 1
+        if len(self.quotes) < MAX_QUOTES_PER_FILE:
+            text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
+            self.quotes.append(f"{self.path}:{line_no}: {reason}: {text[:_QUOTE_CHARS]!r}")
+
+    def finish(self) -> None:
+        """Fail if too large a share of the file was bad."""
+        if self.rows and self.bad > self.max_bad_share * self.rows:
+            detail = ", ".join(f"{n} {r}" for r, n in self.reasons.most_common())
+            first = self.quotes[0].split(": ", 1)[1] if self.quotes else ""
+            raise InputFileError(
+                self.path,
+                f"{self.bad} of {self.rows} rows malformed ({detail}; more than the allowed "
+                f"{self.max_bad_share:.1%}); first at {first}",
+            )
+
+    def summary(self) -> dict[str, Any]:
+        return {"rows": self.rows, "bad": self.bad, "reasons": dict(self.reasons), "quotes": list(self.quotes)}
+
+
+class Checkers:
+    """Creates one :class:`RowChecker` per file and keeps them all for the report."""
+
+    def __init__(self, max_bad_share: float, display_root: Path | None = None) -> None:
+        self.max_bad_share = max_bad_share
+        self.display_root = display_root
+        self.by_file: dict[str, RowChecker] = {}
+
+    def for_file(self, path: Path) -> RowChecker:
+        shown = str(path)
+        if self.display_root is not None:
+            try:
+                shown = str(path.relative_to(self.display_root))
+            except ValueError:
+                pass
+        checker = self.by_file.setdefault(shown, RowChecker(shown, self.max_bad_share))
+        return checker
+
+
+def _open_binary(path: Path):
+    if not path.is_file():
+        raise InputFileError(path, "parallel-data source file not found")
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+
+
+def iter_lines(path: Path, checker: RowChecker) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_no, text)`` of well-formed lines (no newline); reject NUL, CR LF, bad UTF-8.
+
+    Calls ``checker.finish()`` at the end of the file, so a file with too many bad rows fails
+    once it has been read.
+    """
+    line_no = 0
+    try:
+        with _open_binary(path) as handle:
+            for line_no, raw in enumerate(handle, 1):  # noqa: B007 (line_no used after the loop)
+                checker.rows += 1
+                if b"\x00" in raw:
+                    checker.reject(line_no, "NUL byte", raw)
+                    continue
+                if raw.endswith(b"\r\n"):
+                    checker.reject(line_no, "CR LF line end", raw)
+                    continue
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    checker.reject(line_no, "invalid UTF-8", raw)
+                    continue
+                yield line_no, text[:-1] if text.endswith("\n") else text
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise InputFileError(path, f"truncated or corrupt gzip after {line_no} lines: {exc}", line_no or None) from exc
+    checker.finish()
+
+
+def _is_header(cells: list[str], expected: tuple[str, ...] | None, languages: Iterable[str] = ()) -> bool:
+    """True for a header row: equal to ``expected``, or (no header known) an English-side column name
+    followed only by target-side names or language codes (``en<TAB>de``, ``src<TAB>tgt``)."""
+    lowered = [c.strip().lower() for c in cells]
+    if expected is not None:
+        return lowered == [e.strip().lower() for e in expected]
+    if len(lowered) < 2 or lowered[0] not in _SOURCE_HEADER_WORDS:
+        return False
+    targets = _TARGET_HEADER_WORDS | known_codes() | {lang.lower() for lang in languages}
+    return all(c in targets and c != lowered[0] for c in lowered[1:])
+
+
+def iter_rows(
+    path: Path,
+    checker: RowChecker,
+    columns: int | tuple[int, int],
+    header: tuple[str, ...] | None | bool = None,
+    languages: Iterable[str] = (),
+) -> Iterator[tuple[int, list[str]]]:
+    """Yield ``(line_no, cells)`` of TSV rows with the right column count (exact, or a (min, max) range).
+
+    ``header``: a tuple = the first line must be exactly this header; ``True`` = the first line is a
+    header of any content; ``None``/``False`` = no header. A row that repeats the header (or, in a
+    headerless file, consists only of header words / language codes) is rejected as a stray header.
+    """
+    low, high = (columns, columns) if isinstance(columns, int) else columns
+    first_header: tuple[str, ...] | None = None
+    for line_no, text in iter_lines(path, checker):
+        cells = text.split("\t")
+        if line_no == 1 and header:
+            if isinstance(header, tuple) and not _is_header(cells, header):
+                raise InputFileError(path, f"expected header {'<TAB>'.join(header)!r}, found {text[:80]!r}", 1)
+            first_header = tuple(cells)
+            continue
+        if not low <= len(cells) <= high:
+            want = str(low) if low == high else f"{low}-{high}"
+            checker.reject(line_no, f"{len(cells)} columns, expected {want}", text)
+            continue
+        if _is_header(cells, first_header, languages):
+            checker.reject(line_no, "stray header row", text)
+            continue
+        yield line_no, cells
+
+
+# --------------------------------------------------------------------------- readers
+
+
+def read_ted2020(path: Path, languages: Iterable[str], checkers: Checkers) -> Iterator[Triple]:
+    """TED2020 sentence-transformers TSV: header of language codes; yield every (en, xx) with both cells."""
+    checker = checkers.for_file(path)
+    wanted = list(languages)
+    header = _read_header(path, checker)
+    if "en" not in header:
+        raise InputFileError(path, f"TED2020 header has no 'en' column: {header[:10]}", 1)
+    source_col = header.index("en")
+    targets = [(lang, header.index(lang)) for lang in wanted if lang in header]
+    if not targets:
+        return
+    for _, cells in iter_rows(path, checker, len(header), header=tuple(header)):
+        english = cells[source_col]
+        if not english:
+            continue
+        for lang, col in targets:
+            if cells[col]:
+                yield lang, english, cells[col]
+
+
+def _read_header(path: Path, checker: RowChecker) -> list[str]:
+    for _, text in iter_lines(path, RowChecker(checker.path, 1.0)):
+        return [c.strip() for c in text.split("\t")]
+    raise InputFileError(path, "empty file (expected a header row of language codes)")
+
+
+def extract_ted2020(
+    path: Path, languages: Iterable[str], dev_units: int, checkers: Checkers
+) -> dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]]:
+    """Split a TED2020 TSV into per-language (train, dev) pair lists; the first ``dev_units`` units
+    that have a translation into a language are that language's dev set (a fixed, reproducible split).
+
+    This keeps every pair in memory: meant for extraction of one language pair at a time or for tests;
+    the ``parallel`` stage streams instead.
+    """
+    splits: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {}
+    for lang, english, translation in read_ted2020(path, languages, checkers):
+        train, dev = splits.setdefault(lang, ([], []))
+        (dev if len(dev) < dev_units else train).append((english, translation))
+    return splits
+
+
+def read_st_parallel(
+    path: Path, lang: str | None, columns: list[str] | None, checkers: Checkers
+) -> Iterator[Triple]:
+    """Generic sentence-transformers parallel TSV: column 1 English, columns 2..n translations."""
+    checker = checkers.for_file(path)
+    if columns:
+        shape: int | tuple[int, int] = 1 + len(columns)
+    elif lang:
+        shape = (2, 1000)
+    else:
+        raise XdistillError(f"{path}: st_parallel needs 'columns' (languages of columns 2..n) or a {{lang}} file pattern")
+    for _, cells in iter_rows(path, checker, shape, languages=columns or [lang]):
+        english = cells[0]
+        if not english:
+            continue
+        for position, translation in enumerate(cells[1:]):
+            if translation:
+                yield (columns[position] if columns else lang), english, translation
+
+
+def read_moses(english_path: Path, foreign_path: Path, lang: str, checkers: Checkers) -> Iterator[Triple]:
+    """Line-aligned file pair; a line bad on either side drops the pair; unequal lengths fail."""
+    en_checker, xx_checker = checkers.for_file(english_path), checkers.for_file(foreign_path)
+    pairs = zip_longest(_all_lines(english_path, en_checker), _all_lines(foreign_path, xx_checker))
+    for english_line, foreign_line in pairs:
+        if english_line is None or foreign_line is None:
+            shorter = english_path if english_line is None else foreign_path
+            raise InputFileError(
+                shorter, f"has fewer lines than its line-aligned partner ({english_path.name} / {foreign_path.name})"
+            )
+        if english_line[1] is not None and foreign_line[1] is not None:
+            yield lang, english_line[1], foreign_line[1]
+
+
+def _all_lines(path: Path, checker: RowChecker) -> Iterator[tuple[int, str | None]]:
+    """Every line position, with None for a rejected line (keeps the two sides aligned)."""
+    expected = 1
+    for line_no, text in iter_lines(path, checker):
+        while expected < line_no:
+            yield expected, None
+            expected += 1
+        yield line_no, text
+        expected = line_no + 1
+    while expected <= checker.rows:
+        yield expected, None
+        expected += 1
+
+
+def read_opus_sample(path: Path, english_side: str, lang: str, checkers: Checkers) -> Iterator[Triple]:
+    """OPUS alignment listing: ``(src)="2.1"> text`` lines grouped into units separated by ``<hr>``."""
+    checker = checkers.for_file(path)
+    sides: dict[str, list[str]] = {"src": [], "trg": []}
+
+    def flush() -> Iterator[Triple]:
+        english = " ".join(sides[english_side])
+        foreign = " ".join(sides["trg" if english_side == "src" else "src"])
+        sides["src"].clear()
+        sides["trg"].clear()
+        if english and foreign:
+            yield lang, english, foreign
+
+    for line_no, text in iter_lines(path, checker):
+        stripped = text.strip()
+        if stripped == "<hr>":
+            yield from flush()
+        elif stripped.startswith(("(src)=", "(trg)=")):
+            marker, sep, sentence = stripped.partition("> ")
+            if not sep:
+                checker.reject(line_no, "alignment line without '> '", text)
+                continue
+            sides[marker[1:4]].append(sentence.strip())
+        elif stripped and not stripped.startswith("#"):
+            checker.reject(line_no, "not an OPUS alignment line", text)
+    yield from flush()
+
+
+def read_tatoeba(path: Path, lang: str, checkers: Checkers) -> Iterator[Triple]:
+    """Tatoeba Challenge TSV: header ``en, xx, xxx_label``; columns en, xx, label."""
+    for _, cells in iter_rows(path, checkers.for_file(path), (2, 3), header=True):
+        yield lang, cells[0], cells[1]
+
+
+def read_wmt(path: Path, lang: str, exclude_testsets: Iterable[str], checkers: Checkers) -> Iterator[Triple]:
+    """WMT newstest TSV: header ``testset, en, xx``; rows of an excluded test set are skipped."""
+    excluded = tuple(exclude_testsets)
+    for _, cells in iter_rows(path, checkers.for_file(path), 3, header=("testset", "en", lang)):
+        if excluded and cells[0].startswith(excluded):
+            continue
+        yield lang, cells[1], cells[2]
+
+
+def read_dictionary(
+    path: Path, lang: str, source_column: int, header: bool, max_words: int | None, checkers: Checkers
+) -> Iterator[Triple]:
+    """Bilingual dictionary as word pairs; tab-separated, or one space between the two words (MUSE)."""
+    checker = checkers.for_file(path)
+    for line_no, text in iter_lines(path, checker):
+        if line_no == 1 and header:
+            continue
+        cells = text.split("\t") if "\t" in text else text.split(" ")
+        if len(cells) != 2:
+            checker.reject(line_no, f"{len(cells)} columns, expected 2", text)
+            continue
+        if _is_header(cells, None, [lang]):
+            checker.reject(line_no, "stray header row", text)
+            continue
+        english, foreign = cells[source_column], cells[1 - source_column]
+        if max_words is not None and max(len(english.split()), len(foreign.split())) > max_words:
+            continue
+        yield lang, english, foreign
+
+
+FormatReader = Callable[..., Iterator[Triple]]

@@ -1,0 +1,223 @@
+"""The ``parallel`` stage: every configured source -> cleaned, decontaminated train/dev TSVs + report.
+
+Three streaming passes over temporary spool files (one per source x language), so memory stays
+flat whatever the input size:
+
+1. read each source (:mod:`xdistill.data.sources`), run the cleaning chain
+   (:mod:`xdistill.data.clean`) and spool the survivors; a seeded reservoir per language keeps
+   ``dev_pairs_per_language`` held-out pairs from the sources marked ``dev: true``;
+2. count what is left per spool once the dev pairs, and every pair sharing a sentence with a dev
+   pair (``dev_overlap``), are removed;
+3. draw each source's share of ``max_train_pairs`` (weights, small sources repeated up to
+   ``max_repeats``), split evenly over its languages, and write the streams interleaved in random order.
+
+Outputs (written atomically): ``train.tsv.gz`` and ``dev.tsv.gz`` with header
+``source<TAB>translation<TAB>lang<TAB>corpus`` (English, its translation, ISO 639-1, source name),
+and the data report (:mod:`xdistill.data.report`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import logging
+import random
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from xdistill.data import report as data_report
+from xdistill.data.clean import Cleaner, CleaningConfig
+from xdistill.data.decontaminate import evaluation_sentences
+from xdistill.data.formats import Checkers
+from xdistill.data.sampling import Reservoir, interleave, repeat_and_select, source_targets, split_evenly
+from xdistill.data.sources import SourceSpec, read_source
+from xdistill.errors import XdistillError
+from xdistill.io import atomic_path
+
+log = logging.getLogger(__name__)
+
+HEADER = ("source", "translation", "lang", "corpus")
+
+
+@dataclass
+class ParallelConfig:
+    """The ``parallel`` params section."""
+
+    sources: list[SourceSpec]
+    cleaning: CleaningConfig
+    dev_pairs_per_language: int = 200
+    max_train_pairs: int | None = None
+    max_repeats: float = 2.0
+    max_bad_share: float = 0.01
+    seed: int = 13
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> ParallelConfig:
+        params = dict(params)
+        allowed = set(cls.__dataclass_fields__)
+        unknown = set(params) - allowed
+        if unknown:
+            raise XdistillError(f"parallel: unknown keys {sorted(unknown)}")
+        if not params.get("sources"):
+            raise XdistillError("parallel.sources: no source configured")
+        sources = [SourceSpec.from_params(entry) for entry in params.pop("sources")]
+        names = [s.name for s in sources]
+        if len(set(names)) != len(names):
+            raise XdistillError(f"parallel.sources: duplicate names in {names}")
+        cleaning = CleaningConfig.from_params(params.pop("cleaning", None))
+        return cls(sources=sources, cleaning=cleaning, **params)
+
+
+class _Spool:
+    """Cleaned pairs of one (source, language) in a temporary plain-text file."""
+
+    def __init__(self, folder: Path, corpus: str, lang: str) -> None:
+        self.corpus, self.lang = corpus, lang
+        self.path = folder / f"{corpus}.{lang}.tsv"
+        self.handle = open(self.path, "w", encoding="utf-8")
+        self.count = 0
+
+    def write(self, source: str, translation: str) -> int:
+        self.handle.write(f"{source}\t{translation}\n")
+        self.count += 1
+        return self.count - 1
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def pairs(self) -> Iterator[tuple[int, str, str]]:
+        with open(self.path, encoding="utf-8") as handle:
+            for index, line in enumerate(handle):
+                source, translation = line.rstrip("\n").split("\t")
+                yield index, source, translation
+
+
+def build_parallel(
+    raw_dir: str | Path,
+    languages: list[str],
+    params: dict[str, Any],
+    train_path: str | Path = "data/parallel/train.tsv.gz",
+    dev_path: str | Path = "data/parallel/dev.tsv.gz",
+    metrics_path: str | Path = "metrics/data_report.json",
+    markdown_path: str | Path = "reports/data_report.md",
+    plot_path: str | Path = "plots/data_report.png",
+) -> dict[str, Any]:
+    """Run the stage; returns the report dict (also written to ``metrics_path``)."""
+    config = ParallelConfig.from_params(params)
+    raw_dir, train_path = Path(raw_dir), Path(train_path)
+    if not raw_dir.is_dir():
+        raise XdistillError(f"{raw_dir}: raw corpora folder not found (run the corpora stage first)")
+    rng = random.Random(config.seed)
+    checkers = Checkers(config.max_bad_share, display_root=raw_dir)
+    cleaner = Cleaner(config.cleaning, evaluation_sentences(raw_dir), languages)
+    train_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".spool-", dir=train_path.parent) as folder:
+        spools, reservoirs = _clean_into_spools(config, raw_dir, languages, checkers, cleaner, Path(folder), rng)
+        dev_rows = _dev_rows(reservoirs)
+        dev_keys = {(row[3], row[2], index) for index, row in dev_rows}
+        dev_sentences = {s for _, row in dev_rows for s in row[:2]}
+        available, overlap = _count_available(spools, dev_keys, dev_sentences)
+        plan = _plan(config, spools, available)
+        written = _write_train(train_path, spools, plan, available, dev_keys, dev_sentences, rng)
+    _write_tsv(Path(dev_path), (row for _, row in dev_rows))
+    dev_counts: dict[tuple[str, str], int] = {}
+    for _, row in dev_rows:
+        dev_counts[(row[3], row[2])] = dev_counts.get((row[3], row[2]), 0) + 1
+    report = data_report.assemble(
+        languages, config, cleaner, checkers, dev_counts, overlap, available, written
+    )
+    data_report.write_all(report, metrics_path, markdown_path, plot_path)
+    log.info("parallel: %d train pairs, %d dev pairs", sum(written.values()), len(dev_rows))
+    return report
+
+
+def _clean_into_spools(
+    config: ParallelConfig,
+    raw_dir: Path,
+    languages: list[str],
+    checkers: Checkers,
+    cleaner: Cleaner,
+    folder: Path,
+    rng: random.Random,
+) -> tuple[dict[tuple[str, str], _Spool], dict[str, Reservoir]]:
+    spools: dict[tuple[str, str], _Spool] = {}
+    reservoirs = {lang: Reservoir(config.dev_pairs_per_language, rng) for lang in languages}
+    for spec in config.sources:
+        triples = cleaner.run(spec.name, read_source(spec, raw_dir, languages, checkers))
+        for lang, source, translation in tqdm(triples, desc=f"clean {spec.name}", unit=" pairs", mininterval=5, leave=False):
+            spool = spools.get((spec.name, lang))
+            if spool is None:
+                spool = spools[(spec.name, lang)] = _Spool(folder, spec.name, lang)
+            index = spool.write(source, translation)
+            if spec.dev and config.dev_pairs_per_language > 0:
+                reservoirs[lang].offer((index, (source, translation, lang, spec.name)))
+    for spool in spools.values():
+        spool.close()
+    return spools, reservoirs
+
+
+def _dev_rows(reservoirs: dict[str, Reservoir]) -> list[tuple[int, tuple[str, str, str, str]]]:
+    rows = []
+    for lang, reservoir in reservoirs.items():
+        if reservoir.size and len(reservoir.items) < reservoir.size:
+            log.warning("dev: only %d pairs for %s (wanted %d)", len(reservoir.items), lang, reservoir.size)
+        rows += sorted(reservoir.items, key=lambda item: (item[1][3], item[0]))
+    return rows
+
+
+def _is_held_out(key, source, translation, dev_keys, dev_sentences) -> bool:
+    return key in dev_keys or source in dev_sentences or translation in dev_sentences
+
+
+def _count_available(spools, dev_keys, dev_sentences) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+    available, overlap = {}, {}
+    for key, spool in spools.items():
+        held = sum(
+            1 for index, s, t in spool.pairs() if _is_held_out((*key, index), s, t, dev_keys, dev_sentences)
+        )
+        dev_here = sum(1 for k in dev_keys if k[:2] == key)
+        overlap[key] = held - dev_here
+        available[key] = spool.count - held
+    return available, overlap
+
+
+def _plan(config: ParallelConfig, spools, available) -> dict[tuple[str, str], int]:
+    per_source = {spec.name: sum(n for (c, _), n in available.items() if c == spec.name) for spec in config.sources}
+    weights = {spec.name: spec.weight for spec in config.sources}
+    targets = source_targets(per_source, weights, config.max_train_pairs, config.max_repeats)
+    plan = {}
+    for name, target in targets.items():
+        sizes = {key: n for key, n in available.items() if key[0] == name}
+        plan.update(split_evenly(target, sizes, config.max_repeats))
+    return plan
+
+
+def _write_train(train_path, spools, plan, available, dev_keys, dev_sentences, rng) -> dict[tuple[str, str], int]:
+    def stream(key):
+        spool = spools[key]
+        kept = (
+            (s, t, key[1], key[0])
+            for index, s, t in spool.pairs()
+            if not _is_held_out((*key, index), s, t, dev_keys, dev_sentences)
+        )
+        return repeat_and_select(kept, available[key], plan[key], rng)
+
+    streams = {key: (plan[key], stream(key)) for key in sorted(spools)}
+    _write_tsv(train_path, interleave(streams, rng))
+    return {key: plan[key] for key in spools}
+
+
+def _write_tsv(path: Path, rows) -> None:
+    """Gzipped TSV with the header; mtime 0 and no file name in the gzip header, so equal content
+    gives equal bytes (DVC then sees an unchanged output and downstream stages stay cached)."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as raw:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as zipped:
+            with io.TextIOWrapper(zipped, encoding="utf-8", newline="\n") as handle:
+                handle.write("\t".join(HEADER) + "\n")
+                for row in rows:
+                    handle.write("\t".join(row) + "\n")

@@ -1,0 +1,128 @@
+"""The data report of a ``parallel`` run: JSON (DVC metrics), a Markdown table and a PNG bar chart.
+
+Per source x language pair: pairs read, remaining after each cleaning step, held out for dev,
+available for training and drawn into the training file; examples of what each filter dropped;
+malformed rows per file with a few ``file:line`` quotes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from xdistill.data.clean import DROP_STEPS
+from xdistill.io import atomic_path, write_json_atomic, write_text_atomic
+
+
+def assemble(languages, config, cleaner, checkers, dev_counts, overlap, available, written) -> dict[str, Any]:
+    """Collect the counts of one run into the report dict."""
+    sources: dict[str, dict[str, dict[str, int]]] = {}
+    for (corpus, lang), counts in sorted(cleaner.counts.items()):
+        row = counts.after_each_step()
+        row.update(
+            normalized_changed=counts.normalized,
+            dev=dev_counts.get((corpus, lang), 0),
+            dev_overlap=overlap.get((corpus, lang), 0),
+            available=available.get((corpus, lang), 0),
+            train=written.get((corpus, lang), 0),
+        )
+        sources.setdefault(corpus, {})[lang] = row
+    malformed = {path: c.summary() for path, c in sorted(checkers.by_file.items()) if c.bad}
+    totals = {key: sum(r[key] for per in sources.values() for r in per.values()) for key in ("read", "contaminated", "dev", "train")}
+    totals["kept_after_cleaning"] = totals.pop("contaminated")
+    totals["malformed_rows"] = sum(m["bad"] for m in malformed.values())
+    totals["files_read"] = len(checkers.by_file)
+    return {
+        "languages": list(languages),
+        "steps": ["read", *DROP_STEPS],
+        "sources": sources,
+        "totals": totals,
+        "weights": {s.name: s.weight for s in config.sources},
+        "dropped_examples": cleaner.examples,
+        "malformed": malformed,
+        "dedup_false_positive_rate": cleaner.seen.false_positive_rate(),
+        "evaluation_sentences": len(cleaner.evaluation),
+    }
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    """A table a person reads at a glance, then the dropped examples and malformed rows."""
+    steps = report["steps"]
+    head = ["source", "pair", *steps, "dev", "dev overlap", "train"]
+    lines = [
+        "# Parallel data report",
+        "",
+        f"Languages: {', '.join(report['languages'])}. Pairs remaining after each cleaning step "
+        "(in chain order), then held out for dev, dropped for sharing a sentence with a dev pair, and "
+        "drawn into the training file (weights: "
+        + ", ".join(f"{k} {v:g}" for k, v in report["weights"].items())
+        + f"). Decontaminated against {report['evaluation_sentences']} evaluation sentences.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for corpus, per_lang in report["sources"].items():
+        for lang, row in per_lang.items():
+            cells = [corpus, f"en-{lang}", *(f"{row[s]:,}" for s in steps), f"{row['dev']:,}", f"{row['dev_overlap']:,}", f"{row['train']:,}"]
+            lines.append("| " + " | ".join(cells) + " |")
+    totals = report["totals"]
+    lines += [
+        "",
+        f"**Total**: {totals['read']:,} pairs read, {totals['kept_after_cleaning']:,} after cleaning, "
+        f"{totals['dev']:,} dev, {totals['train']:,} train; {totals['malformed_rows']:,} malformed rows skipped "
+        f"in {totals['files_read']} files. Duplicate filter false-positive rate: {report['dedup_false_positive_rate']:.1e}.",
+        "",
+        "## What each filter dropped (first examples)",
+        "",
+    ]
+    for step, examples in report["dropped_examples"].items():
+        lines.append(f"- **{step}**: " + ("; ".join(f"`{e}`" for e in examples) if examples else "nothing"))
+    lines += ["", "## Malformed rows", ""]
+    if not report["malformed"]:
+        lines.append("None.")
+    for path, info in report["malformed"].items():
+        reasons = ", ".join(f"{n} {r}" for r, n in info["reasons"].items())
+        lines.append(f"- `{path}`: {info['bad']:,} of {info['rows']:,} rows ({reasons})")
+        lines += [f"  - `{q}`" for q in info["quotes"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], path: str | Path) -> None:
+    """Left: pairs read / after cleaning / in train per source x pair. Right: what each step dropped."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = [(f"{c} en-{l}", r) for c, per in report["sources"].items() for l, r in per.items()]
+    labels = [name for name, _ in rows] or ["(no data)"]
+    y = np.arange(len(labels))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 1.2 + 0.45 * len(labels)), sharey=True)
+    for offset, (key, label) in zip((-0.27, 0, 0.27), (("read", "read"), ("contaminated", "after cleaning"), ("train", "train"))):
+        left.barh(y + offset, [r[key] for _, r in rows] or [0], height=0.27, label=label)
+    left.set_xscale("symlog")
+    left.set_xlabel("pairs (log scale)")
+    left.set_title("pairs per source x language")
+    left.legend(loc="lower right", fontsize=8)
+    left.set_yticks(y, labels)
+    left.invert_yaxis()
+    start = np.zeros(len(labels))
+    for previous, step in zip(report["steps"][:-1], report["steps"][1:]):
+        dropped = np.array([r[previous] - r[step] for _, r in rows] or [0], dtype=float)
+        share = dropped / np.maximum([r["read"] for _, r in rows] or [1], 1)
+        right.barh(y, share * 100, left=start, height=0.6, label=step)
+        start += share * 100
+    right.set_xlabel("% of pairs read dropped, by step")
+    right.set_title("cleaning")
+    right.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+def write_all(report: dict[str, Any], metrics_path, markdown_path, plot_path) -> None:
+    write_json_atomic(metrics_path, report)
+    write_text_atomic(markdown_path, to_markdown(report))
+    plot(report, plot_path)
