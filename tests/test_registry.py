@@ -1,0 +1,227 @@
+"""Registry tests: the register stage, the promotion gate, rollback and racing promotions.
+
+Real MLflow (sqlite store in a temp folder), a real sentence-transformers student (the
+all-MiniLM-L6-v2 folder from PyPI) and real processes for the race.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from registry_helpers import MODEL_NAME, cheap_version, make_outputs_project, set_scores, student_source
+from xdistill.errors import InputFileError, XdistillError
+from xdistill.registry.promotion import (
+    DECISION_TAG,
+    REASONS_TAG,
+    PromoteConfig,
+    champion_history,
+    judge,
+    promote,
+    rollback,
+)
+from xdistill.registry.register import RegisterConfig, register_run
+from xdistill.registry.scores import Scores
+from xdistill.registry.store import client_for, promotion_lock_path, resolve_tracking_uri
+
+GATE = PromoteConfig(margin=0.01, tolerance=0.02)
+
+
+@pytest.fixture()
+def tracking_uri(tmp_path: Path) -> str:
+    return resolve_tracking_uri("sqlite:///mlflow.db", tmp_path)
+
+
+def _alias(uri: str) -> str:
+    return str(client_for(uri).get_model_version_by_alias(MODEL_NAME, "champion").version)
+
+
+def _tags(uri: str, version: str) -> dict[str, str]:
+    return client_for(uri).get_model_version(MODEL_NAME, version).tags
+
+
+# --- the gate on hand-computed cases -------------------------------------------------------------
+
+
+def test_judge_hand_computed_cases() -> None:
+    champion = Scores(0.50, {"de": 0.50, "es": 0.40})
+    assert judge(Scores(0.1), None, 0.01, 0.02).promote  # no champion: first one wins
+    # +0.02 > margin 0.01 and no language drops: promoted
+    assert judge(Scores(0.52, {"de": 0.52, "es": 0.40}), champion, 0.01, 0.02).promote
+    # +0.005 <= margin 0.01: refused, the reason gives the numbers
+    close = judge(Scores(0.505, {"de": 0.51, "es": 0.40}), champion, 0.01, 0.02)
+    assert not close.promote and "+0.0050 <= margin 0.0100" in close.reasons[0]
+    # es drops 0.03 > tolerance 0.02 although the primary score gains 0.10: refused, naming es
+    regress = judge(Scores(0.60, {"de": 0.80, "es": 0.37}), champion, 0.01, 0.02)
+    assert not regress.promote
+    assert [r for r in regress.reasons if r.startswith("es regressed")] and not [
+        r for r in regress.reasons if r.startswith("de")
+    ]
+    # es drops 0.015 <= tolerance 0.02: promoted
+    assert judge(Scores(0.60, {"de": 0.80, "es": 0.385}), champion, 0.01, 0.02).promote
+    # a language the champion never had cannot regress
+    assert judge(Scores(0.60, {"de": 0.6, "es": 0.4, "tr": 0.0}), champion, 0.01, 0.02).promote
+    # no scores at all: refused
+    assert not judge(None, champion, 0.01, 0.02).promote
+
+
+def test_summary_with_benchmark_per_language_scores(tmp_path: Path) -> None:
+    from xdistill.registry.scores import read_summary_scores
+
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"primary_score": 0.4, "per_language": {"de": {"sts17": 0.5, "tatoeba": 0.3}}}))
+    assert read_summary_scores(path) == Scores(0.4, {"de.sts17": 0.5, "de.tatoeba": 0.3})
+    path.write_text('{"per_language": {}}')
+    with pytest.raises(InputFileError, match="primary_score"):
+        read_summary_scores(path)
+
+
+# --- promotion and rollback on a real store ------------------------------------------------------
+
+
+def test_promotion_gate_and_rollback(tracking_uri: str) -> None:
+    v1 = cheap_version(tracking_uri, 0.50, {"de": 0.50, "es": 0.50})
+    first = promote(MODEL_NAME, v1, tracking_uri=tracking_uri, config=GATE)
+    assert first.decision == "promoted" and _alias(tracking_uri) == v1
+
+    v2 = cheap_version(tracking_uri, 0.60, {"de": 0.62, "es": 0.58})
+    better = promote(MODEL_NAME, tracking_uri=tracking_uri, config=GATE)  # newest version by default
+    assert (better.candidate, better.decision, better.previous_champion) == (v2, "promoted", v1)
+    assert _alias(tracking_uri) == v2
+
+    v3 = cheap_version(tracking_uri, 0.55, {"de": 0.60, "es": 0.50})
+    worse = promote(MODEL_NAME, v3, tracking_uri=tracking_uri, config=GATE)
+    assert worse.decision == "refused" and _alias(tracking_uri) == v2
+    tags = _tags(tracking_uri, v3)
+    assert tags[DECISION_TAG] == "refused"
+    assert "0.5500 vs champion 0.6000" in tags[REASONS_TAG] and "es regressed" in tags[REASONS_TAG]
+    assert tags["promotion.compared_to"] == v2
+
+    v4 = cheap_version(tracking_uri, 0.70, {"de": 0.90, "es": 0.55})  # es -0.03, tolerance 0.02
+    regress = promote(MODEL_NAME, v4, tracking_uri=tracking_uri, config=GATE)
+    assert regress.decision == "refused" and _alias(tracking_uri) == v2
+    assert _tags(tracking_uri, v4)[REASONS_TAG].count("regressed") == 1
+    assert "es regressed 0.5500 vs champion 0.5800" in _tags(tracking_uri, v4)[REASONS_TAG]
+
+    again = promote(MODEL_NAME, v2, tracking_uri=tracking_uri, config=GATE)
+    assert again.decision == "already champion"
+
+    assert champion_history(MODEL_NAME, tracking_uri=tracking_uri) == [v1, v2]
+    assert rollback(MODEL_NAME, tracking_uri=tracking_uri, config=GATE) == (v2, v1)
+    assert _alias(tracking_uri) == v1
+    assert champion_history(MODEL_NAME, tracking_uri=tracking_uri) == [v1]
+    assert "promotion.rolled_back_at" in _tags(tracking_uri, v2)
+    with pytest.raises(XdistillError, match="first champion"):
+        rollback(MODEL_NAME, tracking_uri=tracking_uri, config=GATE)
+    assert promotion_lock_path(tracking_uri).name == "mlflow.db.promote.lock"
+
+
+def _promote_process(params: Path, uri: str, version: str, hold_s: float) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "xdistill.cli.main", "promote", "--params", str(params),
+           "--tracking-uri", uri, "--version", version, "--hold-s", str(hold_s)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_racing_promotions_leave_the_winner(tmp_path: Path, tracking_uri: str) -> None:
+    """The better candidate starts first and decides quickly; the worse one starts while the first
+    is still deciding and sets the alias later. Without the lock both judge against the old
+    champion and the worse one, setting the alias last, ends up champion."""
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"register": {"model_name": MODEL_NAME}, "promote": {"margin": 0.0}}))
+    v1 = cheap_version(tracking_uri, 0.50, {"de": 0.50})
+    promote(MODEL_NAME, v1, tracking_uri=tracking_uri)
+    worse = cheap_version(tracking_uri, 0.60, {"de": 0.60})
+    best = cheap_version(tracking_uri, 0.70, {"de": 0.70})
+
+    first = _promote_process(params, tracking_uri, best, hold_s=2.0)
+    time.sleep(0.5)
+    second = _promote_process(params, tracking_uri, worse, hold_s=4.0)
+    outcomes = {}
+    for proc in (first, second):
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        result = json.loads(out)
+        outcomes[result["candidate"]] = result
+
+    assert _alias(tracking_uri) == best
+    history = champion_history(MODEL_NAME, tracking_uri=tracking_uri)
+    assert history[-1] == best and history[0] == v1
+    if outcomes[worse]["decision"] == "refused":  # it waited for the lock and met the new champion
+        assert outcomes[worse]["previous_champion"] == best
+        assert "0.6000 vs champion 0.7000" in _tags(tracking_uri, worse)[REASONS_TAG]
+    else:  # it got the lock first; the best then beat it
+        assert outcomes[best]["previous_champion"] == worse and history == [v1, worse, best]
+
+
+# --- the register stage ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_register_logs_everything_and_champion_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mlflow
+
+    root = make_outputs_project(tmp_path / "project", 0.42, {"de": {"sts17": 0.5, "tatoeba": 0.34}, "es": 0.4})
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("DVC_EXP_NAME", "tiny-exp")
+    registration = register_run(root)
+
+    uri = resolve_tracking_uri("sqlite:///mlflow.db", root)
+    assert registration.tracking_uri == uri and (root / "mlflow.db").is_file()
+    assert json.loads((root / "metrics" / "register.json").read_text()) == registration.as_dict()
+    client = client_for(uri)
+    run = client.get_run(registration.run_id)
+    assert run.data.params["train.steps"] == "3" and run.data.params["languages"] == '["de", "es"]'
+    assert run.data.metrics["eval.summary.primary_score"] == pytest.approx(0.42)
+    assert run.data.metrics["eval.summary.per_language.de.tatoeba"] == pytest.approx(0.34)
+    assert run.data.metrics["train.final_loss"] == pytest.approx(0.0123)
+    assert run.data.metrics["data_report.train_pairs"] == 120
+    assert run.data.tags["dvc_experiment"] == "tiny-exp" and len(run.data.tags["git_commit"]) == 40
+    artifacts = {a.path for folder in ("", "plots", "reports", "metrics/eval") for a in client.list_artifacts(run.info.run_id, folder)}
+    assert {"params.yaml", "plots/train_curves.png", "reports/data_report.md", "metrics/eval/summary.json"} <= artifacts
+    version = client.get_model_version(MODEL_NAME, registration.model_version)
+    assert version.run_id == registration.run_id
+    assert Scores.from_tags(version.tags) == Scores(0.42, {"de.sts17": 0.5, "de.tatoeba": 0.34, "es": 0.4})
+
+    assert promote(MODEL_NAME, tracking_uri=uri).decision == "promoted"
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    champion = mlflow.sentence_transformers.load_model(f"models:/{MODEL_NAME}@champion")
+    sentences = ["A man is playing a guitar.", "The weather is nice today."]
+    from sentence_transformers import SentenceTransformer
+
+    reference = SentenceTransformer(str(student_source()), device="cpu").encode(sentences)
+    embeddings = champion.encode(sentences)
+    assert embeddings.shape == (2, 384)
+    np.testing.assert_allclose(embeddings, reference, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_register_failures_leave_registry_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = make_outputs_project(tmp_path / "project", 0.42, {"de": 0.4}, git=False)
+    monkeypatch.chdir(root)
+    uri = resolve_tracking_uri("sqlite:///mlflow.db", root)
+    config = RegisterConfig(tracking_uri=uri)
+
+    # a bad input fails before anything is created
+    (root / "metrics" / "eval" / "summary.json").write_text('{"primary_score": 0.4,\n  oops}')
+    with pytest.raises(InputFileError, match=r"summary.json:2: invalid JSON"):
+        register_run(root, config)
+    assert not (root / "mlflow.db").exists()
+
+    # a failure after the version exists (register.json cannot be written) removes the version again
+    set_scores(root, 0.42, {"de": 0.4})
+    (root / "metrics" / "register.json").mkdir()
+    with pytest.raises(OSError):
+        register_run(root, config)
+    client = client_for(uri)
+    assert client.search_model_versions(f"name = '{MODEL_NAME}'") == []
+    experiment = client.get_experiment_by_name("xdistill")
+    assert client.search_runs([experiment.experiment_id]) == []  # the failed run is deleted
