@@ -1,0 +1,228 @@
+"""BUCC 2017/2018 bitext-mining evaluation: file reader, threshold tuning, precision/recall/F1.
+
+Official layout (one folder, ``xx`` a language code, ``split`` ``train``/``sample``/``test``)::
+
+    {xx}-en.{split}.{xx}    id<TAB>sentence   (non-English side)
+    {xx}-en.{split}.en      id<TAB>sentence   (English side)
+    {xx}-en.{split}.gold    xx_id<TAB>en_id   (the parallel pairs)
+
+Protocol (LASER): mine candidates xx->en with margin scoring, choose the score threshold that
+maximises F1 on the train split, apply it to the test split and report precision, recall, F1.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from xdistill.errors import InputFileError, XdistillError
+from xdistill.mining.margin import MARGINS, RETRIEVALS, MinedPairs, check_choice, mine_embeddings
+
+logger = logging.getLogger(__name__)
+
+TUNE_SPLIT = "train"
+TEST_SPLIT = "test"
+
+
+class Encoder(Protocol):
+    """What the evaluators need from a model: normalised float32 embeddings of texts."""
+
+    def encode(self, texts: list[str], batch_size: int = ..., show_progress_bar: bool = ...) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class BuccSplit:
+    """One language pair and split: sentences of both sides and the gold pairs (by id)."""
+
+    language: str
+    split: str
+    xx_ids: list[str]
+    xx_sentences: list[str]
+    en_ids: list[str]
+    en_sentences: list[str]
+    gold: set[tuple[str, str]]
+
+
+def bucc_paths(folder: str | Path, language: str, split: str) -> dict[str, Path]:
+    """The three files of one language and split in the BUCC layout."""
+    stem = Path(folder) / f"{language}-en.{split}"
+    return {"xx": stem.with_name(f"{stem.name}.{language}"), "en": stem.with_name(f"{stem.name}.en"),
+            "gold": stem.with_name(f"{stem.name}.gold")}
+
+
+def read_id_sentences(path: str | Path) -> tuple[list[str], list[str]]:
+    """Read ``id<TAB>sentence`` lines; ids must be unique and both fields non-empty."""
+    ids: list[str] = []
+    sentences: list[str] = []
+    seen: set[str] = set()
+    for number, fields in _tab_lines(path):
+        if len(fields) != 2:
+            raise InputFileError(path, f"expected 'id<TAB>sentence', found {len(fields)} tab-separated field(s)", number)
+        sentence_id, sentence = fields[0].strip(), fields[1].strip()
+        if not sentence_id:
+            raise InputFileError(path, "empty sentence id", number)
+        if not sentence:
+            raise InputFileError(path, f"empty sentence for id {sentence_id!r}", number)
+        if sentence_id in seen:
+            raise InputFileError(path, f"duplicate sentence id {sentence_id!r}", number)
+        seen.add(sentence_id)
+        ids.append(sentence_id)
+        sentences.append(sentence)
+    return ids, sentences
+
+
+def read_gold(path: str | Path, xx_ids: Iterable[str], en_ids: Iterable[str]) -> set[tuple[str, str]]:
+    """Read ``xx_id<TAB>en_id`` gold lines, checking that both ids exist."""
+    known_xx, known_en = set(xx_ids), set(en_ids)
+    gold: set[tuple[str, str]] = set()
+    for number, fields in _tab_lines(path):
+        if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
+            raise InputFileError(path, "expected 'xx_id<TAB>en_id' with two non-empty ids", number)
+        xx_id, en_id = fields[0].strip(), fields[1].strip()
+        if xx_id not in known_xx:
+            raise InputFileError(path, f"gold id {xx_id!r} is not in the non-English sentence file", number)
+        if en_id not in known_en:
+            raise InputFileError(path, f"gold id {en_id!r} is not in the English sentence file", number)
+        gold.add((xx_id, en_id))
+    return gold
+
+
+def _tab_lines(path: str | Path) -> Iterable[tuple[int, list[str]]]:
+    """Non-empty lines of a UTF-8 file split on tabs, with 1-based line numbers."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputFileError(path, "file not found")
+    with path.open(encoding="utf-8", newline="") as handle:
+        for number, raw in enumerate(handle, start=1):
+            line = raw.rstrip("\r\n")
+            if not line.strip():
+                continue
+            yield number, line.split("\t")
+
+
+def read_bucc_split(folder: str | Path, language: str, split: str) -> BuccSplit:
+    """Read one language and split of a BUCC-layout folder."""
+    paths = bucc_paths(folder, language, split)
+    xx_ids, xx_sentences = read_id_sentences(paths["xx"])
+    en_ids, en_sentences = read_id_sentences(paths["en"])
+    gold = read_gold(paths["gold"], xx_ids, en_ids)
+    return BuccSplit(language, split, xx_ids, xx_sentences, en_ids, en_sentences, gold)
+
+
+def precision_recall_f1(predicted: Iterable[tuple[str, str]], gold: set[tuple[str, str]]) -> dict[str, float]:
+    """Precision, recall and F1 of predicted pairs against gold pairs (0 when undefined)."""
+    predicted = set(predicted)
+    true_positives = len(predicted & gold)
+    precision = true_positives / len(predicted) if predicted else 0.0
+    recall = true_positives / len(gold) if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def tune_threshold(scores: np.ndarray, is_gold: np.ndarray, n_gold: int) -> tuple[float, float]:
+    """Score threshold maximising F1 when keeping candidates with ``score >= threshold``.
+
+    ``scores`` are candidate scores, ``is_gold`` marks the candidates that are gold pairs and
+    ``n_gold`` is the number of gold pairs (some may never appear as candidates). Only cuts
+    between distinct scores are considered (equal scores are kept or dropped together). The
+    threshold is the midpoint between the last kept and the first dropped score, as LASER does.
+    Returns ``(threshold, best_f1)``; with no candidate or no gold the threshold is +inf.
+    """
+    scores = np.asarray(scores, np.float64)
+    is_gold = np.asarray(is_gold, bool)
+    if len(scores) == 0 or n_gold == 0:
+        return float("inf"), 0.0
+    order = np.argsort(-scores, kind="stable")
+    sorted_scores, sorted_gold = scores[order], is_gold[order]
+    kept = np.arange(1, len(scores) + 1)
+    true_positives = np.cumsum(sorted_gold)
+    f1 = 2 * true_positives / (kept + n_gold)  # = 2PR/(P+R) with P = tp/kept, R = tp/n_gold
+    # a cut after position i is valid only where the next score is strictly lower
+    valid = np.append(sorted_scores[:-1] > sorted_scores[1:], True)
+    f1 = np.where(valid, f1, -1.0)
+    best = int(np.argmax(f1))  # first maximum: the highest threshold reaching the best F1
+    if best + 1 < len(scores):
+        threshold = (sorted_scores[best] + sorted_scores[best + 1]) / 2
+    else:
+        threshold = sorted_scores[best]
+    return float(threshold), float(f1[best])
+
+
+def mined_id_pairs(pairs: MinedPairs, split: BuccSplit) -> list[tuple[str, str]]:
+    """Row-index pairs (source = xx, target = en) turned into BUCC id pairs."""
+    return [(split.xx_ids[s], split.en_ids[t]) for s, t in zip(pairs.src.tolist(), pairs.tgt.tolist())]
+
+
+def evaluate_split_pairs(
+    tune: tuple[MinedPairs, BuccSplit], test: tuple[MinedPairs, BuccSplit]
+) -> dict[str, float]:
+    """Tune the threshold on the tuning split's candidates, apply it to the test split's."""
+    tune_pairs, tune_split = tune
+    tune_ids = mined_id_pairs(tune_pairs, tune_split)
+    is_gold = np.array([pair in tune_split.gold for pair in tune_ids], bool)
+    threshold, tune_f1 = tune_threshold(tune_pairs.scores, is_gold, len(tune_split.gold))
+    test_pairs, test_split = test
+    kept = test_pairs.above(threshold)
+    metrics = precision_recall_f1(mined_id_pairs(kept, test_split), test_split.gold)
+    metrics.update(threshold=threshold, train_f1=tune_f1, n_predicted=len(kept), n_gold=len(test_split.gold),
+                   n_xx=len(test_split.xx_ids), n_en=len(test_split.en_ids))
+    return metrics
+
+
+def mine_split(encoder: Encoder, split: BuccSplit, *, k: int, margin: str, retrieval: str,
+               batch_size: int) -> MinedPairs:
+    """Embed both sides of a split and mine xx->en candidates."""
+    xx = encoder.encode(split.xx_sentences, batch_size=batch_size, show_progress_bar=False)
+    en = encoder.encode(split.en_sentences, batch_size=batch_size, show_progress_bar=False)
+    return mine_embeddings(np.asarray(xx), np.asarray(en), k=k, margin=margin, retrieval=retrieval)
+
+
+def evaluate_bitext_mining(
+    encoder: Encoder,
+    benchmark_dir: str | Path,
+    languages: Sequence[str],
+    *,
+    k: int = 4,
+    margin: str = "ratio",
+    retrieval: str = "max",
+    batch_size: int = 64,
+) -> dict[str, Any]:
+    """BUCC protocol on every language of a BUCC-layout folder (official BUCC or FLORES-built).
+
+    Returns ``{"languages": {xx: {precision, recall, f1, threshold, train_f1, n_predicted, n_gold,
+    n_xx, n_en}}, "average": {precision, recall, f1}, "skipped": {xx: reason}, "settings": {...}}``
+    with precision/recall/F1 as fractions in [0, 1]. A language without both its train and test
+    files is skipped with the reason.
+    """
+    check_choice(margin, MARGINS, "margin")
+    check_choice(retrieval, RETRIEVALS, "retrieval")
+    benchmark_dir = Path(benchmark_dir)
+    if not benchmark_dir.is_dir():
+        raise XdistillError(f"{benchmark_dir}: bitext-mining benchmark folder not found")
+    per_language: dict[str, dict[str, float]] = {}
+    skipped: dict[str, str] = {}
+    for language in languages:
+        missing = [str(p) for split in (TUNE_SPLIT, TEST_SPLIT)
+                   for p in bucc_paths(benchmark_dir, language, split).values() if not p.is_file()]
+        if missing:
+            skipped[language] = f"missing file(s): {', '.join(missing)}"
+            logger.warning("bitext mining: skipping %s (%s)", language, skipped[language])
+            continue
+        runs = []
+        for split_name in (TUNE_SPLIT, TEST_SPLIT):
+            split = read_bucc_split(benchmark_dir, language, split_name)
+            runs.append((mine_split(encoder, split, k=k, margin=margin, retrieval=retrieval,
+                                    batch_size=batch_size), split))
+        per_language[language] = evaluate_split_pairs(runs[0], runs[1])
+        logger.info("bitext mining %s-en: F1 %.3f (P %.3f R %.3f)", language, per_language[language]["f1"],
+                    per_language[language]["precision"], per_language[language]["recall"])
+    average = {name: float(np.mean([m[name] for m in per_language.values()])) if per_language else float("nan")
+               for name in ("precision", "recall", "f1")}
+    return {"languages": per_language, "average": average, "skipped": skipped,
+            "settings": {"k": k, "margin": margin, "retrieval": retrieval, "tune_split": TUNE_SPLIT,
+                         "test_split": TEST_SPLIT}}
