@@ -15,7 +15,6 @@ import fnmatch
 import gzip
 import hashlib
 import logging
-import shutil
 import urllib.error
 import urllib.request
 import zlib
@@ -185,9 +184,3 @@ def stage_corpora(
     log.info("data/raw: %d files, %.1f MB", len(files), manifest["total_bytes"] / 1e6)
     return manifest
 
-
-def copy_tree_files(paths: Iterable[str], source: Path, target: Path) -> None:
-    """Copy mirror-relative ``paths`` from ``source`` to ``target`` (test and tooling helper)."""
-    for rel in paths:
-        (target / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source / rel, target / rel)

@@ -65,12 +65,12 @@ class RowChecker:
     def finish(self) -> None:
         """Fail if too large a share of the file was bad."""
         if self.rows and self.bad > self.max_bad_share * self.rows:
-            detail = ", ".join(f"{n} {r}" for r, n in self.reasons.most_common())
-            first = self.quotes[0].split(": ", 1)[1] if self.quotes else ""
+            detail = "; ".join(f"{reason}: {n}" for reason, n in self.reasons.most_common())
+            first = self.quotes[0][len(self.path) + 1 :] if self.quotes else ""
             raise InputFileError(
                 self.path,
-                f"{self.bad} of {self.rows} rows malformed ({detail}; more than the allowed "
-                f"{self.max_bad_share:.1%}); first at {first}",
+                f"{self.bad} of {self.rows} rows malformed ({detail}), more than the allowed "
+                f"{self.max_bad_share:.1%} (parallel.max_bad_share); first at line {first}",
             )
 
     def summary(self) -> dict[str, Any]:

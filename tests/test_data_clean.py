@@ -1,0 +1,141 @@
+"""The cleaning chain (each step on hand-computed cases), decontamination and the sampling helpers."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from data_helpers import stage_tiny_raw
+from xdistill.data.clean import Cleaner, CleaningConfig, SeenPairs, default_student_tokenizer, load_token_counter
+from xdistill.data.decontaminate import evaluation_sentences
+from xdistill.data.sampling import Reservoir, interleave, repeat_and_select, source_targets, split_evenly
+
+SMALL_DEDUP = {"dedup_bits_log2": 16}
+
+
+def run_chain(triples, evaluation=frozenset(), languages=("de",), token_counter=None, **config):
+    cleaner = Cleaner(CleaningConfig(**{**SMALL_DEDUP, **config}), set(evaluation), languages, token_counter)
+    kept = list(cleaner.run("toy", triples))
+    return cleaner, kept
+
+
+def test_each_step_counted_in_chain_order():
+    triples = [
+        ("de", "  Good  morning. ", "Guten\tMorgen."),  # kept (normalised)
+        ("de", "", "Leer"),  # empty
+        ("de", "x" * 30, "y" * 31),  # too_long (max_chars 30)
+        ("de", "Berlin", "berlin"),  # untranslated (case-insensitive copy)
+        ("de", "Hello there my friend.", "Hi."),  # length_ratio: 22 > 3 * 3
+        ("de", "Yes.", "Ja."),  # short pair: ratio 4/3 fine anyway -> kept
+        ("de", "Good morning.", "Guten Morgen."),  # duplicate of the first after normalisation
+        ("de", "I like tea.", "Ich mag Tee."),  # contaminated (target in an eval set)
+        ("de", "No.", "Nein."),  # kept: ratio test exempt below ratio_min_chars
+    ]
+    cleaner, kept = run_chain(triples, evaluation={"Ich mag Tee."}, max_chars=30, max_length_ratio=3.0, ratio_min_chars=12)
+    assert kept == [("de", "Good morning.", "Guten Morgen."), ("de", "Yes.", "Ja."), ("de", "No.", "Nein.")]
+    counts = cleaner.counts[("toy", "de")]
+    assert counts.read == 9 and counts.normalized == 1  # only the first pair had odd whitespace
+    assert counts.dropped == {
+        "empty": 1,
+        "too_long": 1,
+        "untranslated": 1,
+        "length_ratio": 1,
+        "duplicate": 1,
+        "language_id": 0,
+        "contaminated": 1,
+    }
+    assert counts.after_each_step()["contaminated"] == 3 == counts.kept
+    assert len(cleaner.examples["contaminated"]) == 1 and "Ich mag Tee." in cleaner.examples["contaminated"][0]
+
+
+def test_length_ratio_boundary_and_source_side_contamination():
+    pairs = [("de", "a" * 12, "b" * 4), ("de", "c" * 13, "d" * 4), ("de", "The eval sentence.", "Der Satz.")]
+    cleaner, kept = run_chain(pairs, evaluation={"The eval sentence."}, max_length_ratio=3.0, ratio_min_chars=12)
+    assert kept == [("de", "a" * 12, "b" * 4)]  # 12 == 3 * 4 is allowed, 13 > 12 is not
+    assert cleaner.counts[("toy", "de")].dropped["length_ratio"] == 1
+    assert cleaner.counts[("toy", "de")].dropped["contaminated"] == 1
+
+
+def test_token_length_filter_with_the_student_tokenizer():
+    counter = load_token_counter(default_student_tokenizer())
+    short, long_ = "A cat.", " ".join(["antidisestablishmentarianism"] * 6)
+    assert counter(short) < 6 < counter(long_)
+    cleaner, kept = run_chain([("de", short, "Eine Katze."), ("de", long_, "Wort.")], max_tokens=8, max_length_ratio=None, token_counter=counter)
+    assert kept == [("de", short, "Eine Katze.")]
+    assert cleaner.counts[("toy", "de")].dropped["too_long"] == 1
+
+
+def test_language_identification_drops_wrong_language():
+    pairs = [
+        ("de", "The weather is very nice today.", "Das Wetter ist heute sehr schön."),
+        ("de", "The weather is very nice today, really.", "El tiempo es muy agradable hoy."),  # Spanish, not German
+        ("de", "Ok.", "Si."),  # too short to judge
+    ]
+    cleaner, kept = run_chain(pairs, languages=("de", "es"), language_id=True, max_length_ratio=None)
+    assert [p[2] for p in kept] == ["Das Wetter ist heute sehr schön.", "Si."]
+    assert cleaner.counts[("toy", "de")].dropped["language_id"] == 1
+
+
+def test_seen_pairs_is_exact_on_small_inputs_and_deterministic():
+    seen = SeenPairs(20)
+    first = [seen.add(f"s{i}", f"t{i}") for i in range(2000)]
+    again = [seen.add(f"s{i}", f"t{i}") for i in range(2000)]
+    assert not any(first) and all(again)
+    assert seen.count == 2000 and seen.false_positive_rate() < 1e-4
+    other = SeenPairs(20)
+    other.add("s1", "t1")
+    assert bytes(other.table) != bytes(SeenPairs(20).table)  # same digest positions every run
+    assert other.add("s1", "t1") and not other.add("t1", "s1")
+
+
+def test_evaluation_sentences_and_planted_contamination(tmp_path, mirror_dir):
+    raw = tmp_path / "raw"
+    stage_tiny_raw(raw, mirror_dir, ["de"])
+    sentences = evaluation_sentences(raw)
+    laser_de = (raw / "eval/tatoeba-laser/tatoeba.deu-eng.deu").read_text(encoding="utf-8").splitlines()
+    sts_first = (raw / "eval/sts17/STS2017.eval.v1.1/STS.input.track5.en-en.txt").read_text(encoding="utf-8").splitlines()[0]
+    assert laser_de[0] in sentences and sts_first.split("\t")[1] in sentences
+    assert len(sentences) > 1500
+    planted = ("de", "Some harmless training sentence.", laser_de[0])
+    cleaner, kept = run_chain([("de", "A clean pair here.", "Ein sauberes Paar hier."), planted], evaluation=sentences)
+    assert kept == [("de", "A clean pair here.", "Ein sauberes Paar hier.")]
+    assert cleaner.counts[("toy", "de")].dropped["contaminated"] == 1
+
+
+# ----------------------------------------------------------------- sampling
+
+
+def test_source_targets_proportional_capped_and_uncapped():
+    available = {"big": 10_000, "small": 100, "off": 50}
+    weights = {"big": 1.0, "small": 1.0, "off": 0.0}
+    assert source_targets(available, weights, cap=1000, max_repeats=2.0) == {"big": 500, "small": 200, "off": 0}
+    assert source_targets(available, weights, cap=None, max_repeats=2.0) == {"big": 10_000, "small": 100, "off": 0}
+    assert source_targets(available, {"big": 3.0, "small": 1.0, "off": 0.0}, cap=400, max_repeats=5.0) == {"big": 300, "small": 100, "off": 0}
+
+
+def test_split_evenly_and_repeat_and_select():
+    assert split_evenly(10, {"a": 100, "b": 100, "c": 0}, 2.0) == {"a": 5, "b": 5, "c": 0}
+    assert split_evenly(11, {"a": 2, "b": 100}, 2.0) == {"a": 4, "b": 5}
+    rng = random.Random(0)
+    drawn = list(repeat_and_select(range(10), 10, 25, rng))
+    counts = Counter(drawn)
+    assert len(drawn) == 25 and set(counts.values()) == {2, 3} and sum(v == 3 for v in counts.values()) == 5
+    subset = list(repeat_and_select(range(1000), 1000, 100, random.Random(1)))
+    assert len(subset) == 100 == len(set(subset)) and subset == sorted(subset)
+
+
+def test_reservoir_and_interleave():
+    reservoir = Reservoir(5, random.Random(2))
+    for item in range(1000):
+        reservoir.offer(item)
+    assert len(reservoir.items) == 5 and reservoir.seen == 1000 and max(reservoir.items) > 5
+    merged = list(interleave({"a": (3, iter("aaa")), "b": (6, iter("bbbbbb"))}, random.Random(3)))
+    assert sorted(merged) == list("aaabbbbbb") and merged != sorted(merged)
+
+
+@pytest.mark.parametrize("bits", [9, 33])
+def test_seen_pairs_rejects_silly_sizes(bits):
+    with pytest.raises(Exception, match="dedup_bits_log2"):
+        SeenPairs(bits)

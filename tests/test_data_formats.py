@@ -1,0 +1,198 @@
+"""Readers of every parallel format, on real mirror files and hand-made broken files."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from data_helpers import write_lines
+from xdistill.data import formats
+from xdistill.data.normalize import normalize_text
+from xdistill.errors import InputFileError
+
+TED = "train/ted2020-sample"
+
+
+def checkers(share: float = 0.5) -> formats.Checkers:
+    return formats.Checkers(share)
+
+
+# ----------------------------------------------------------------- normalisation
+
+
+def test_normalize_text_nfc_and_whitespace():
+    assert normalize_text("Cafe\u0301") == "Caf\u00e9"  # combining acute -> precomposed
+    assert normalize_text("  a\tb\u00a0 c\n\r d  ") == "a b c d"
+    assert normalize_text("\u3000") == ""
+    assert normalize_text("plain ascii") == "plain ascii"
+
+
+# ----------------------------------------------------------------- TED2020
+
+
+def test_ted2020_reader_on_real_excerpt(mirror_dir):
+    triples = list(formats.read_ted2020(mirror_dir / TED / "TED2020-v1.en-de.sample.tsv", ["de", "fr"], checkers()))
+    assert len(triples) == 100
+    assert triples[0] == ("de", "Thank you so much , Chris .", "Vielen Dank , Chris .")
+    assert {lang for lang, _, _ in triples} == {"de"}
+
+
+def test_opus_sample_matches_the_tsv_excerpt(mirror_dir):
+    """The OPUS alignment listing (src=de, trg=en; 1:2 and 2:1 units) gives exactly the TSV's pairs."""
+    tsv = list(formats.read_ted2020(mirror_dir / TED / "TED2020-v1.en-de.sample.tsv", ["de"], checkers()))
+    opus = list(formats.read_opus_sample(mirror_dir / TED / "de-en_sample.raw.txt", "trg", "de", checkers()))
+    assert opus == tsv
+    # unit 2 has two German sentences joined with a space
+    assert opus[1][2].endswith("stehen zu dürfen . Tausend Dank dafür .")
+
+
+def test_ted2020_multilingual_file_with_empty_cells_and_bad_rows(tmp_path):
+    path = write_lines(
+        tmp_path / "TED2020.tsv.gz",
+        [
+            "en\tde\tar\tfr",
+            "Hello .\tHallo .\t\tBonjour .",  # no Arabic translation: empty cell
+            "\tNur Deutsch\t\t",  # no English: nothing
+            "Thanks .\tDanke .\tشكرا .\tMerci .",
+            "Too\tfew",  # wrong column count
+            "en\tde\tar\tfr",  # the header again (concatenated files)
+            "Bye .\tTschüss .\tوداعا .\t",
+        ],
+    )
+    chk = checkers()
+    triples = list(formats.read_ted2020(path, ["de", "ar"], chk))
+    assert triples == [
+        ("de", "Hello .", "Hallo ."),
+        ("de", "Thanks .", "Danke ."),
+        ("ar", "Thanks .", "شكرا ."),
+        ("de", "Bye .", "Tschüss ."),
+        ("ar", "Bye .", "وداعا ."),
+    ]
+    summary = chk.by_file[str(path)].summary()
+    assert summary["bad"] == 2
+    assert summary["reasons"] == {"2 columns, expected 4": 1, "stray header row": 1}
+    assert summary["quotes"][0].startswith(f"{path}:5: 2 columns")
+
+
+def test_extract_ted2020_fixed_dev_units(mirror_dir):
+    splits = formats.extract_ted2020(mirror_dir / TED / "TED2020-v1.en-de.sample.tsv", ["de"], 10, checkers())
+    train, dev = splits["de"]
+    assert len(dev) == 10 and len(train) == 90
+    assert dev[0] == ("Thank you so much , Chris .", "Vielen Dank , Chris .")
+    assert not set(dev) & set(train)
+
+
+# ----------------------------------------------------------------- other formats on real files
+
+
+def test_generic_sentence_transformers_tsv(tmp_path):
+    path = write_lines(tmp_path / "parallel.tsv", ["Hello\tHallo\tHola", "Cat\tKatze\t", "Dog\tHund\tPerro\textra"])
+    chk = checkers(0.5)
+    triples = list(formats.read_st_parallel(path, None, ["de", "es"], chk))
+    assert triples == [("de", "Hello", "Hallo"), ("es", "Hello", "Hola"), ("de", "Cat", "Katze")]
+    assert chk.by_file[str(path)].bad == 1
+    # one language, any number of translations per row
+    path2 = write_lines(tmp_path / "talks-en-de.tsv", ["Hello\tHallo\tGrüß dich", "Yes\tJa"])
+    assert list(formats.read_st_parallel(path2, "de", None, checkers())) == [
+        ("de", "Hello", "Hallo"),
+        ("de", "Hello", "Grüß dich"),
+        ("de", "Yes", "Ja"),
+    ]
+
+
+def test_moses_multi30k_real(mirror_dir):
+    raw = mirror_dir / "train/multi30k/data/task1/raw"
+    triples = list(formats.read_moses(raw / "val.en.gz", raw / "val.de.gz", "de", checkers()))
+    assert len(triples) == 1014
+    assert triples[0][0] == "de" and triples[0][1].startswith("A group of men are loading cotton")
+
+
+def test_moses_bad_line_drops_the_pair_and_unequal_lengths_fail(tmp_path):
+    en = write_lines(tmp_path / "c.en", ["one", "two", "three"])
+    de = write_lines(tmp_path / "c.de", [b"eins", b"zw\x00ei", b"drei"])
+    chk = checkers(0.5)
+    assert list(formats.read_moses(en, de, "de", chk)) == [("de", "one", "eins"), ("de", "three", "drei")]
+    assert chk.by_file[str(de)].reasons == {"NUL byte": 1}
+    short = write_lines(tmp_path / "short.de", ["eins", "zwei"])
+    with pytest.raises(InputFileError, match="fewer lines"):
+        list(formats.read_moses(en, short, "de", checkers()))
+
+
+def test_tatoeba_real(mirror_dir):
+    path = mirror_dir / "train/tatoeba-challenge/tatoeba-challenge.minus-laser-test.en-de.tsv.gz"
+    first = next(formats.read_tatoeba(path, "de", checkers()))
+    assert first == ("de", "Tom likes Italian food.", "Tom mag die italienische Küche.")
+
+
+def test_wmt_real_header_and_excluded_testset(mirror_dir, tmp_path):
+    path = mirror_dir / "train/wmt-newstest/newstest.en-tr.tsv.gz"
+    triples = list(formats.read_wmt(path, "tr", ["newstest2017"], checkers()))
+    assert triples and all(lang == "tr" for lang, _, _ in triples)
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        rows = [line.split("\t") for line in handle][1:]
+    assert len(triples) == sum(1 for r in rows if not r[0].startswith("newstest2017"))
+    wrong = write_lines(tmp_path / "w.tsv", ["year\ten\ttr", "x\ty\tz"])
+    with pytest.raises(InputFileError, match="expected header"):
+        list(formats.read_wmt(wrong, "tr", [], checkers()))
+
+
+def test_dictionaries_muse_and_freedict_real(mirror_dir, tmp_path):
+    muse = formats.read_dictionary(mirror_dir / "dict/muse/full/en-de.txt", "de", 0, False, None, checkers())
+    assert next(muse) == ("de", "the", "die")
+    free = formats.read_dictionary(mirror_dir / "dict/freedict/freedict-eng-tur.tsv.gz", "tr", 0, True, 1, checkers())
+    first = next(free)
+    assert first[0] == "tr" and len(first[1].split()) == 1 and len(first[2].split()) == 1
+    # original MUSE files separate the two words by a space; reversed files have English second
+    path = write_lines(tmp_path / "de-en.txt", ["haus house", "katze cat"])
+    assert list(formats.read_dictionary(path, "de", 1, False, None, checkers())) == [("de", "house", "haus"), ("de", "cat", "katze")]
+
+
+# ----------------------------------------------------------------- bad input
+
+
+BAD_ROWS = [
+    (b"Bad\xff\xfe bytes\tSchlecht", "invalid UTF-8"),
+    (b"Nul\x00 byte\tNull", "NUL byte"),
+    (b"Windows\tFenster\r", "CR LF line end"),
+    (b"Three\tcolumns\there", "3 columns, expected 2"),
+    (b"en\tde", "stray header row"),
+]
+
+
+@pytest.mark.parametrize("bad, reason", BAD_ROWS, ids=[r for _, r in BAD_ROWS])
+def test_each_malformed_row_is_counted_quoted_and_skipped(tmp_path, bad, reason):
+    lines = [b"One\tEins", bad, b"Two\tZwei", b"Three\tDrei"]
+    path = write_lines(tmp_path / "pairs.tsv.gz", lines)
+    chk = checkers(0.3)
+    triples = list(formats.read_st_parallel(path, None, ["de"], chk))
+    assert [t[1] for t in triples] == ["One", "Two", "Three"]
+    summary = chk.by_file[str(path)].summary()
+    assert summary["rows"] == 4 and summary["bad"] == 1 and summary["reasons"] == {reason: 1}
+    assert summary["quotes"][0].startswith(f"{path}:2: {reason}")
+
+
+def test_too_many_bad_rows_fail_naming_the_file(tmp_path):
+    path = write_lines(tmp_path / "mostly-bad.tsv", [b"a\tb", b"x", b"y", b"c\td"])
+    with pytest.raises(InputFileError) as info:
+        list(formats.read_st_parallel(path, None, ["de"], checkers(0.25)))
+    message = str(info.value)
+    assert str(path) in message and "2 of 4 rows malformed" in message and "first at line 2: 1 columns" in message
+
+
+def test_truncated_gzip_and_missing_file_fail_clearly(tmp_path, mirror_dir):
+    data = (mirror_dir / "train/wmt-newstest/newstest.en-tr.tsv.gz").read_bytes()
+    cut = tmp_path / "newstest.en-tr.tsv.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputFileError, match="truncated or corrupt gzip") as info:
+        list(formats.read_wmt(cut, "tr", [], checkers()))
+    assert str(cut) in str(info.value)
+    with pytest.raises(InputFileError, match="not found"):
+        list(formats.read_tatoeba(tmp_path / "nope.tsv.gz", "de", checkers()))
+
+
+def test_crlf_file_fails_as_a_whole(tmp_path):
+    path = write_lines(tmp_path / "dos.tsv", [b"a\tb\r", b"c\td\r"])
+    with pytest.raises(InputFileError, match="CR LF"):
+        list(formats.read_st_parallel(path, None, ["de"], checkers(0.01)))
