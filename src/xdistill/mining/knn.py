@@ -32,11 +32,13 @@ def build_index(
     nlist: int | None = None,
     nprobe: int = 16,
     seed: int = 0,
+    add: bool = True,
 ) -> faiss.Index:
     """Build a faiss inner-product index over ``corpus`` rows.
 
     ``ivf``: ``nlist`` clusters (default ~4*sqrt(n), at most n/39 so training has enough points
     per centroid); ``nprobe`` clusters are visited per query (recall/speed trade-off).
+    ``add=False`` returns the (trained) index empty, for callers that add rows in shards.
     """
     corpus = as_float32_matrix(corpus, "corpus")
     dim = corpus.shape[1]
@@ -53,7 +55,8 @@ def build_index(
         built.nprobe = min(nprobe, nlist)
     else:
         raise XdistillError(f"unknown index kind {index!r}; choose one of {', '.join(INDEX_KINDS)}")
-    built.add(corpus)
+    if add:
+        built.add(corpus)
     return built
 
 
