@@ -16,23 +16,20 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.mining.margin import MARGINS, RETRIEVALS, MinedPairs, check_choice, mine_embeddings
 
+if TYPE_CHECKING:
+    from xdistill.models.encoders import Encoder
+
 logger = logging.getLogger(__name__)
 
 TUNE_SPLIT = "train"
 TEST_SPLIT = "test"
-
-
-class Encoder(Protocol):
-    """What the evaluators need from a model: normalised float32 embeddings of texts."""
-
-    def encode(self, texts: list[str], batch_size: int = ..., show_progress_bar: bool = ...) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)

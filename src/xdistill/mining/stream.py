@@ -26,7 +26,7 @@ from xdistill.mining.knn import INDEX_KINDS, as_float32_matrix, build_index
 from xdistill.mining.margin import MinedPairs, NeighbourLists, mine_from_neighbours
 
 if TYPE_CHECKING:
-    from xdistill.mining.bucc import Encoder
+    from xdistill.models.encoders import Encoder
 
 logger = logging.getLogger(__name__)
 
