@@ -10,7 +10,7 @@ import pytest
 from data_helpers import stage_tiny_raw
 from xdistill.data.clean import Cleaner, CleaningConfig, SeenPairs, default_student_tokenizer, load_token_counter
 from xdistill.data.decontaminate import evaluation_sentences
-from xdistill.data.sampling import Reservoir, interleave, repeat_and_select, source_targets, split_evenly
+from xdistill.data.sampling import Reservoir, fill_in_proportion, interleave, repeat_and_select, source_targets, split_evenly
 
 SMALL_DEDUP = {"dedup_bits_log2": 16}
 
@@ -110,14 +110,18 @@ def test_evaluation_sentences_and_planted_contamination(tmp_path, mirror_dir):
 def test_source_targets_proportional_capped_and_uncapped():
     available = {"big": 10_000, "small": 100, "off": 50}
     weights = {"big": 1.0, "small": 1.0, "off": 0.0}
-    assert source_targets(available, weights, cap=1000, max_repeats=2.0) == {"big": 500, "small": 200, "off": 0}
+    # small can give at most 2 x 100; what it cannot give goes to big
+    assert source_targets(available, weights, cap=1000, max_repeats=2.0) == {"big": 800, "small": 200, "off": 0}
     assert source_targets(available, weights, cap=None, max_repeats=2.0) == {"big": 10_000, "small": 100, "off": 0}
     assert source_targets(available, {"big": 3.0, "small": 1.0, "off": 0.0}, cap=400, max_repeats=5.0) == {"big": 300, "small": 100, "off": 0}
 
 
 def test_split_evenly_and_repeat_and_select():
     assert split_evenly(10, {"a": 100, "b": 100, "c": 0}, 2.0) == {"a": 5, "b": 5, "c": 0}
-    assert split_evenly(11, {"a": 2, "b": 100}, 2.0) == {"a": 4, "b": 5}
+    assert split_evenly(11, {"a": 2, "b": 100}, 2.0) == {"a": 4, "b": 7}
+    thirds = fill_in_proportion(10, {"a": 1.0, "b": 1.0, "c": 1.0}, {"a": 99, "b": 99, "c": 99})
+    assert sum(thirds.values()) == 10 and sorted(thirds.values()) == [3, 3, 4]
+    assert fill_in_proportion(50, {"a": 1.0, "b": 1.0}, {"a": 5, "b": 10}) == {"a": 5, "b": 10}
     rng = random.Random(0)
     drawn = list(repeat_and_select(range(10), 10, 25, rng))
     counts = Counter(drawn)

@@ -134,24 +134,34 @@ def fetch_file(item: StagedFile, target: Path) -> tuple[str, int]:
     if expected is None:
         log.warning("%s: not in the checksum catalog; recorded but not verified", item.path)
     elif (sha, size) != tuple(expected):
-        raise InputFileError(
+        raise _origin_error(
             item.origin,
             f"checksum mismatch for {item.path}: got sha256 {sha[:16]}... ({size} bytes), "
             f"expected {expected[0][:16]}... ({expected[1]} bytes)",
         )
     if target.name.endswith(".gz"):
-        check_gzip(target, item.origin)
+        try:
+            check_gzip(target)
+        except InputFileError as exc:
+            raise _origin_error(item.origin, exc.problem) from exc
     return sha, size
 
 
-def check_gzip(path: Path, label: str | None = None) -> None:
+def _origin_error(origin: str, problem: str) -> XdistillError:
+    """An error naming a local file (InputFileError) or a URL (kept verbatim)."""
+    if "://" in origin:
+        return XdistillError(f"{origin}: {problem}")
+    return InputFileError(origin, problem)
+
+
+def check_gzip(path: Path) -> None:
     """Decompress ``path`` to the end; a truncated or corrupt gzip raises InputFileError."""
     try:
         with gzip.open(path, "rb") as handle:
             while handle.read(1 << 20):
                 pass
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
-        raise InputFileError(label or path, f"truncated or corrupt gzip: {exc}") from exc
+        raise InputFileError(path, f"truncated or corrupt gzip: {exc}") from exc
 
 
 def stage_corpora(

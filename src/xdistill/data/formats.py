@@ -38,6 +38,7 @@ from xdistill.errors import InputFileError, XdistillError
 Triple = tuple[str, str, str]  # (lang, english, translation)
 
 MAX_QUOTES_PER_FILE = 3
+_MANY_COLUMNS = 10_000
 _QUOTE_CHARS = 80
 _SOURCE_HEADER_WORDS = {"en", "eng", "english", "src", "source", "sentence", "sentence1", "testset"}
 _TARGET_HEADER_WORDS = {"tgt", "trg", "target", "translation", "translations", "sentence2", "en", "eng"}
@@ -47,8 +48,9 @@ _TARGET_HEADER_WORDS = {"tgt", "trg", "target", "translation", "translations", "
 class RowChecker:
     """Malformed-row accounting for one input file."""
 
-    path: str
+    path: str  # as shown in the report (relative to data/raw)
     max_bad_share: float
+    full_path: Path | None = None  # as named in an error
     rows: int = 0
     bad: int = 0
     reasons: Counter = field(default_factory=Counter)
@@ -68,7 +70,7 @@ class RowChecker:
             detail = "; ".join(f"{reason}: {n}" for reason, n in self.reasons.most_common())
             first = self.quotes[0][len(self.path) + 1 :] if self.quotes else ""
             raise InputFileError(
-                self.path,
+                self.full_path or self.path,
                 f"{self.bad} of {self.rows} rows malformed ({detail}), more than the allowed "
                 f"{self.max_bad_share:.1%} (parallel.max_bad_share); first at line {first}",
             )
@@ -92,7 +94,7 @@ class Checkers:
                 shown = str(path.relative_to(self.display_root))
             except ValueError:
                 pass
-        checker = self.by_file.setdefault(shown, RowChecker(shown, self.max_bad_share))
+        checker = self.by_file.setdefault(shown, RowChecker(shown, self.max_bad_share, full_path=path))
         return checker
 
 
@@ -165,7 +167,7 @@ def iter_rows(
             first_header = tuple(cells)
             continue
         if not low <= len(cells) <= high:
-            want = str(low) if low == high else f"{low}-{high}"
+            want = str(low) if low == high else f"at least {low}" if high >= _MANY_COLUMNS else f"{low}-{high}"
             checker.reject(line_no, f"{len(cells)} columns, expected {want}", text)
             continue
         if _is_header(cells, first_header, languages):
@@ -227,7 +229,7 @@ def read_st_parallel(
     if columns:
         shape: int | tuple[int, int] = 1 + len(columns)
     elif lang:
-        shape = (2, 1000)
+        shape = (2, _MANY_COLUMNS)
     else:
         raise XdistillError(f"{path}: st_parallel needs 'columns' (languages of columns 2..n) or a {{lang}} file pattern")
     for _, cells in iter_rows(path, checker, shape, languages=columns or [lang]):

@@ -9,35 +9,51 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+def fill_in_proportion(total: int, weights: dict[str, float], limits: dict[str, int]) -> dict[str, int]:
+    """Integers summing to ``min(total, sum(limits))``, in proportion to ``weights``, none above its limit.
+
+    A key that would exceed its limit gets exactly its limit and the rest is shared again among the
+    others ("water-filling"); fractions go to the largest remainders, so the sum is exact.
+    """
+    out = dict.fromkeys(weights, 0)
+    open_keys = {k for k, w in weights.items() if w > 0 and limits.get(k, 0) > 0}
+    left = min(total, sum(limits[k] for k in open_keys))
+    while open_keys and left > 0:
+        scale = left / sum(weights[k] for k in open_keys)
+        capped = {k for k in open_keys if weights[k] * scale >= limits[k]}
+        if not capped:
+            shares = {k: weights[k] * scale for k in open_keys}
+            floors = {k: int(v) for k, v in shares.items()}
+            spare = left - sum(floors.values())
+            for k in sorted(open_keys, key=lambda k: (floors[k] - shares[k], k))[:spare]:
+                floors[k] += 1
+            out.update(floors)
+            break
+        for k in capped:
+            out[k] = limits[k]
+            left -= limits[k]
+        open_keys -= capped
+    return out
+
+
 def source_targets(available: dict[str, int], weights: dict[str, float], cap: int | None, max_repeats: float) -> dict[str, int]:
     """How many training pairs to draw from each source.
 
     With a ``cap``, sources share it in proportion to their weights (the paper draws roughly equal
-    numbers per dataset); without, each source gives ``available * weight``. A source never gives
-    more than ``max_repeats`` times what it has (small sources are repeated, up to that).
+    numbers per dataset); a source never gives more than ``max_repeats`` times what it has (small
+    sources are repeated up to that) and what it cannot give goes to the others. Without a cap, each
+    source gives ``available * weight`` (weight = repeat factor, also capped by ``max_repeats``).
     """
-    live = {name: w for name, w in weights.items() if w > 0 and available.get(name, 0) > 0}
-    total_weight = sum(live.values())
-    targets = {}
-    for name in available:
-        if name not in live:
-            targets[name] = 0
-            continue
-        wanted = cap * live[name] / total_weight if cap is not None else available[name] * live[name]
-        targets[name] = int(round(min(wanted, available[name] * max_repeats)))
-    return targets
+    limits = {name: int(n * max_repeats) for name, n in available.items()}
+    weights = {name: weights.get(name, 0.0) for name in available}
+    if cap is None:
+        return {name: min(int(round(available[name] * weights[name])), limits[name]) for name in available}
+    return fill_in_proportion(cap, weights, limits)
 
 
-def split_evenly(total: int, sizes: dict[str, int], max_repeats: float) -> dict[str, int]:
-    """Split a source's target over its languages equally, each capped at ``max_repeats`` x its size."""
-    live = [k for k, n in sizes.items() if n > 0]
-    out = dict.fromkeys(sizes, 0)
-    if not live or total <= 0:
-        return out
-    share, extra = divmod(total, len(live))
-    for position, key in enumerate(sorted(live)):
-        out[key] = int(min(share + (position < extra), sizes[key] * max_repeats))
-    return out
+def split_evenly(total: int, sizes: dict, max_repeats: float) -> dict:
+    """Split a source's target equally over its languages (each at most ``max_repeats`` x its size)."""
+    return fill_in_proportion(total, {k: 1.0 for k in sizes}, {k: int(n * max_repeats) for k, n in sizes.items()})
 
 
 def repeat_and_select(items: Iterable[T], available: int, wanted: int, rng: random.Random) -> Iterator[T]:
