@@ -24,7 +24,6 @@ from xdistill.training.teacher_store import (
     build_teacher_store,
     embed_into_store,
     list_substores,
-    read_source_sentences,
     substore_name,
     teacher_fingerprint,
 )
@@ -315,24 +314,21 @@ def test_stage_embeds_sources_and_a_new_language_only_adds_new_ones(tmp_path, se
     np.testing.assert_allclose(store.lookup(sentences[:50]), reference[:50], atol=FP16_TOLERANCE)
 
 
-def test_bad_parallel_files_are_named_with_line(tmp_path):
-    missing = tmp_path / "missing.tsv.gz"
-    with pytest.raises(InputFileError, match="not found"):
-        read_source_sentences(missing)
-    bad_header = tmp_path / "header.tsv.gz"
-    _write_parallel(bad_header, [("a", "b", "de", "x")], header="en\tde")
-    with pytest.raises(InputFileError, match="header") as info:
-        read_source_sentences(bad_header)
-    assert info.value.line == 1
+def test_stage_names_a_bad_parallel_file(tmp_path):
+    good = tmp_path / "train.tsv.gz"
+    _write_parallel(good, [("A sentence.", "Ein Satz.", "de", "x")])
+    params = {"teacher": TEACHER, "batch_size": 8, "device": "cpu"}
+    with pytest.raises(InputFileError, match="not found") as info:
+        build_teacher_store([good, tmp_path / "dev.tsv.gz"], tmp_path / "store", params)
+    assert info.value.path == tmp_path / "dev.tsv.gz"
     short = tmp_path / "short.tsv.gz"
-    _write_parallel(short, [("a", "b", "de", "x"), ("only two", "fields")])  # type: ignore[list-item]
-    with pytest.raises(InputFileError, match="fields") as info:
-        read_source_sentences(short)
+    _write_parallel(short, [("a", "b", "de", "x"), ("only a source",)])  # type: ignore[list-item]
+    with pytest.raises(InputFileError) as info:
+        build_teacher_store([good, short], tmp_path / "store", params)
     assert (info.value.path, info.value.line) == (short, 3)
-    not_gzip = tmp_path / "plain.tsv.gz"
-    not_gzip.write_text("source\ttranslation\tlang\tcorpus\n")
-    with pytest.raises(InputFileError, match="gzip"):
-        read_source_sentences(not_gzip)
+    assert not (tmp_path / "store").exists()  # nothing embedded, nothing written
+    with pytest.raises(XdistillError, match="models.teacher"):
+        build_teacher_store([good], tmp_path / "store", {"batch_size": 8})
 
 
 def test_cli_runs_the_stage(tmp_path, sentences, repo_root):
@@ -350,3 +346,23 @@ def test_cli_runs_the_stage(tmp_path, sentences, repo_root):
     (tmp_path / "dev.tsv.gz").write_bytes(b"\x1f\x8b broken")
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 2 and "dev.tsv.gz" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_benchmark_runs_end_to_end_tiny(repo_root, tmp_path):
+    results = repo_root / "bench" / "results" / "teacher_embed.json"
+    before = results.read_bytes() if results.exists() else None
+    done = subprocess.run([sys.executable, str(repo_root / "bench" / "bench_teacher_embed.py"), "--tiny"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| teacher embedding")]
+    assert len(rows) == 2 and all("sent/s" in row and "x |" in row for row in rows)
+    assert (results.read_bytes() if results.exists() else None) == before  # --tiny never overwrites results
+
+
+def test_failed_first_run_leaves_no_substore(tmp_path):
+    broken_model = tmp_path / "broken-model"
+    broken_model.mkdir()
+    (broken_model / "config.json").write_text("{}")  # resolves and fingerprints, cannot load
+    with pytest.raises(Exception):
+        embed_into_store(tmp_path / "store", str(broken_model), ["A sentence."], progress=False)
+    assert list((tmp_path / "store").iterdir()) == []

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import gzip
 import hashlib
 import json
 import logging
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,7 +62,6 @@ SUBSTORE_PREFIX = "teacher-"
 KEY_DTYPE = np.dtype([("hi", "<u8"), ("lo", "<u8")])
 EMBEDDING_DTYPE = np.dtype("<f2")
 KEY_SCHEME = "blake2b-128(utf-8(normalize_text(text)))"
-PARALLEL_HEADER = ("source", "translation", "lang", "corpus")
 _SHARD_FILE = re.compile(r"^(keys|emb)-(\d{6})\.npy$")
 
 
@@ -529,17 +528,22 @@ def embed_into_store(
     keys = keys_of_normalized(texts)
     teacher_id = teacher_fingerprint(teacher_spec)
     path = Path(store_dir) / substore_name(teacher_id)
-    with _exclusive_lock(path):
-        writer = _SubstoreWriter(path, teacher_id, teacher_spec)
-        missing = np.arange(len(texts))
-        if writer.index is not None:
-            missing = np.flatnonzero(~TeacherStore._open_substore(path).contains_keys(keys))
-        logger.info("teacher %s: %d distinct sentences, %d already stored, %d to embed (store %s)",
-                    teacher_spec, len(texts), len(texts) - len(missing), len(missing), path)
-        if len(missing):
-            _encode_missing(writer, teacher_spec, [texts[i] for i in missing], keys[missing],
-                            batch_size=batch_size, device=_resolve_device(device),
-                            commit_rows=commit_rows, progress=progress)
+    created = not path.exists()
+    try:
+        with _exclusive_lock(path):
+            writer = _SubstoreWriter(path, teacher_id, teacher_spec)
+            missing = np.arange(len(texts))
+            if writer.index is not None:
+                missing = np.flatnonzero(~TeacherStore._open_substore(path).contains_keys(keys))
+            logger.info("teacher %s: %d distinct sentences, %d already stored, %d to embed (store %s)",
+                        teacher_spec, len(texts), len(texts) - len(missing), len(missing), path)
+            if len(missing):
+                _encode_missing(writer, teacher_spec, [texts[i] for i in missing], keys[missing],
+                                batch_size=batch_size, device=_resolve_device(device),
+                                commit_rows=commit_rows, progress=progress)
+    finally:
+        if created and not (path / INDEX_FILE).exists():  # failed before the first commit: leave nothing
+            shutil.rmtree(path, ignore_errors=True)
     stats = EmbedStats(len(texts), len(missing), len(texts) - len(missing), time.perf_counter() - start)
     logger.info("teacher embeddings: %d new, %d cached in %.1f s (%.0f new sentences/s)",
                 stats.n_new, stats.n_cached, stats.seconds, stats.sentences_per_second)
@@ -578,30 +582,6 @@ def _encode_missing(writer: _SubstoreWriter, teacher_spec: str, texts: list[str]
 # --------------------------------------------------------------------------------------------
 
 
-def read_source_sentences(path: str | Path) -> list[str]:
-    """The ``source`` column of a parallel file (gzipped TSV: source, translation, lang, corpus)."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputFileError(path, "parallel data file not found (run the `parallel` stage first)")
-    sources = []
-    try:
-        with gzip.open(path, "rt", encoding="utf-8", newline="\n") as handle:
-            header = tuple(handle.readline().rstrip("\n").split("\t"))
-            if header[: len(PARALLEL_HEADER)] != PARALLEL_HEADER:
-                raise InputFileError(path, f"header is {header!r}, expected {PARALLEL_HEADER!r}", 1)
-            for line_number, line in enumerate(handle, start=2):
-                fields = line.rstrip("\n").split("\t")
-                if len(fields) < len(PARALLEL_HEADER):
-                    raise InputFileError(path, f"{len(fields)} tab-separated fields, expected {len(PARALLEL_HEADER)}",
-                                         line_number)
-                if not fields[0].strip():
-                    raise InputFileError(path, "empty source sentence", line_number)
-                sources.append(fields[0])
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise InputFileError(path, f"cannot read gzipped UTF-8 text ({exc})") from exc
-    return sources
-
-
 def build_teacher_store(parallel_files: Sequence[str | Path], store_dir: str | Path,
                         params: Mapping[str, Any]) -> EmbedStats:
     """The ``teacher_embed`` stage: embed every distinct source sentence of the parallel files.
@@ -611,9 +591,11 @@ def build_teacher_store(parallel_files: Sequence[str | Path], store_dir: str | P
     """
     if not params.get("teacher"):
         raise XdistillError("teacher_embed: no teacher model spec (params.yaml models.teacher)")
+    from xdistill.training.pairs import read_parallel_pairs
+
     sentences: list[str] = []
     for path in parallel_files:
-        sentences.extend(read_source_sentences(path))
+        sentences.extend(read_parallel_pairs(path).sources)
         logger.info("read %s: %d source sentences so far", path, len(sentences))
     return embed_into_store(
         store_dir,

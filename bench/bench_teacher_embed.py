@@ -1,0 +1,161 @@
+"""Teacher embedding throughput: ``embed_into_store`` vs ``SentenceTransformer.encode``.
+
+Same model (the default teacher), same real sentences from the corpora mirror, same threads and
+batch size, in one process, repeats alternating between the two sides. Two rows:
+
+1. end to end, from model spec to vectors: ours = ``embed_into_store`` into a fresh store
+   (model load, normalise, hash, tokenise, encode, fp16 shards written and fsynced);
+   reference = ``SentenceTransformer(folder)`` + ``.encode`` (vectors left in memory).
+2. encoding only, model already loaded: ours = ``encode_length_sorted`` (true token-length
+   order); reference = ``.encode``.
+
+Target (issue 4): ours >= 1.0x the reference throughput.
+
+    python bench/bench_teacher_embed.py            # 4000 sentences, 3 repeats
+    python bench/bench_teacher_embed.py --tiny     # seconds; prints, does not overwrite results
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import Row, Timing, peak_rss_mb, save_rows  # noqa: E402
+
+TEACHER = "pypi:all-minilm-l6-v2"
+TARGET = 1.0
+
+
+def mirror_dir() -> Path:
+    return Path(os.environ.get("XDISTILL_MIRROR", ROOT.parent / "shared" / "corpora")).resolve()
+
+
+def real_sentences(count: int) -> list[str]:
+    """Distinct English sentences: short Tatoeba and long WMT news ones, half each (interleaved)."""
+    from xdistill.data.normalize import normalize_text
+
+    train = mirror_dir() / "train"
+    sources = {
+        train / "tatoeba-challenge/tatoeba-challenge.minus-laser-test.en-de.tsv.gz": 0,
+        train / "wmt-newstest/newstest.en-de.tsv.gz": 1,
+    }
+    pools = []
+    for path, column in sources.items():
+        if not path.is_file():
+            sys.exit(f"error: {path}: corpora mirror file not found (set XDISTILL_MIRROR)")
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            next(handle)
+            pool = dict.fromkeys(normalize_text(line.split("\t")[column]) for _, line in zip(range(count * 2), handle))
+            pools.append(list(pool))
+    mixed = list(dict.fromkeys(s for pair in zip(*pools) for s in pair if s))
+    if len(mixed) < count:
+        sys.exit(f"error: only {len(mixed)} distinct sentences available, asked for {count}")
+    return mixed[:count]
+
+
+def alternate(ours: Callable[[], object], reference: Callable[[], object], repeats: int) -> tuple[Timing, Timing]:
+    """Time both sides ``repeats`` times, alternating, so machine load drifts hit both alike."""
+    samples: dict[str, list[float]] = {"ours": [], "reference": []}
+    for _ in range(repeats):
+        for name, fn in (("reference", reference), ("ours", ours)):
+            start = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - start)
+    timings = [Timing(statistics.median(s), min(s), max(s), s) for s in (samples["ours"], samples["reference"])]
+    return timings[0], timings[1]
+
+
+def throughput_row(name: str, n: int, ours: Timing, reference: Timing, details: dict) -> Row:
+    def rate(t: Timing) -> str:
+        return f"{n / t.median:.0f} sent/s ({n / t.high:.0f}-{n / t.low:.0f})"
+
+    ratio = reference.median / ours.median
+    return Row(
+        benchmark=name,
+        ours=rate(ours),
+        reference=rate(reference),
+        ratio=f"{ratio:.2f}x",
+        target=f">= {TARGET:.1f}x",
+        passed=ratio >= TARGET,
+        details={**details, "ours_s": ours.samples, "reference_s": reference.samples},
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sentences", type=int, default=4000, help="distinct real sentences (default 4000)")
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's default)")
+    parser.add_argument("--tiny", action="store_true", help="48 sentences, 1 repeat, results not saved")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.sentences, args.repeats, args.batch_size = 48, 1, 16
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    import xdistill  # noqa: F401  (offline environment)
+    from xdistill.models import load_sentence_transformer, resolve_model_dir
+    from xdistill.training.teacher_store import embed_into_store, encode_length_sorted
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    sentences = real_sentences(args.sentences)
+    folder = str(resolve_model_dir(TEACHER))
+    model = load_sentence_transformer(TEACHER, device="cpu")
+    model.encode(sentences[:32], batch_size=args.batch_size)  # warm-up: allocator, kernels, page cache
+    details = {"sentences": len(sentences), "batch_size": args.batch_size, "threads": threads,
+               "teacher": TEACHER, "device": "cpu"}
+    print(f"{len(sentences)} sentences, batch {args.batch_size}, {threads} threads, {args.repeats} repeats")
+
+    with tempfile.TemporaryDirectory(prefix="bench-teacher-") as tmp:
+        fresh = iter(range(10**6))
+
+        def ours_end_to_end() -> None:
+            stats = embed_into_store(Path(tmp) / f"store-{next(fresh)}", TEACHER, sentences,
+                                     batch_size=args.batch_size, device="cpu", progress=False)
+            assert stats.n_new == len(sentences)
+
+        def reference_end_to_end() -> None:
+            SentenceTransformer(folder, device="cpu", local_files_only=True).encode(
+                sentences, batch_size=args.batch_size, convert_to_numpy=True)
+
+        end_to_end = alternate(ours_end_to_end, reference_end_to_end, args.repeats)
+
+    def ours_encode() -> None:
+        for _ in encode_length_sorted(model, sentences, args.batch_size, progress=False):
+            pass
+
+    def reference_encode() -> None:
+        model.encode(sentences, batch_size=args.batch_size, convert_to_numpy=True)
+
+    encode_only = alternate(ours_encode, reference_encode, args.repeats)
+    details["peak_rss_mb"] = round(peak_rss_mb())
+    rows = [
+        throughput_row("teacher embedding, end to end: embed_into_store (fresh fp16 store) vs "
+                       "SentenceTransformer load + encode", len(sentences), *end_to_end, details),
+        throughput_row("teacher embedding, encode only (model loaded): token-length-sorted batches vs "
+                       "SentenceTransformer.encode", len(sentences), *encode_only, details),
+    ]
+    if args.tiny:
+        for r in rows:
+            print(f"| {r.benchmark} | {r.ours} | {r.reference} | {r.ratio} | {r.target} | {r.passed} |")
+    else:
+        print(f"wrote {save_rows('teacher_embed', rows)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
