@@ -1,0 +1,43 @@
+"""``xdistill evaluate``: the ``baselines`` (``--baselines``) and ``evaluate`` DVC stages.
+
+``xdistill evaluate --baselines`` evaluates the teacher, the untrained student and mUSE into
+``data/baselines/<label>.json``; ``xdistill evaluate`` evaluates the trained student
+(``models/student``) and writes ``metrics/eval``, ``reports/eval`` and ``plots/eval`` with the
+baselines side by side. Reads params ``languages``, ``models`` and ``evaluate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from xdistill.io import load_params
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--baselines", action="store_true",
+                        help="evaluate the reference models (teacher, untrained student, mUSE) into --baselines-dir")
+    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    parser.add_argument("--raw-dir", default="data/raw", help="staged corpora holding eval/ (default: data/raw)")
+    parser.add_argument("--dev", default="data/parallel/dev.tsv.gz", help="held-out dev pairs (gzipped TSV)")
+    parser.add_argument("--student", default="models/student", help="trained student model folder or spec")
+    parser.add_argument("--baselines-dir", default="data/baselines")
+    parser.add_argument("--metrics-dir", default="metrics/eval")
+    parser.add_argument("--reports-dir", default="reports/eval")
+    parser.add_argument("--plots-dir", default="plots/eval")
+
+
+def run(args: argparse.Namespace) -> int:
+    from xdistill.evaluation.pipeline import run_baselines, run_student_evaluation
+    from xdistill.evaluation.suite import EvaluationSettings
+
+    params = load_params(None, args.params)
+    settings = EvaluationSettings.from_params(params.get("evaluate"), params.get("languages") or [])
+    models = params.get("models") or {}
+    if args.baselines:
+        results = run_baselines(settings, models, args.raw_dir, args.dev, args.baselines_dir)
+        print(f"baselines written to {args.baselines_dir}: {', '.join(results)}")
+        return 0
+    summary = run_student_evaluation(settings, args.student, models["teacher"], args.raw_dir, args.dev,
+                                     args.baselines_dir, args.metrics_dir, args.reports_dir, args.plots_dir)
+    print(f"primary score (student): {summary.get('primary_score')}; reports in {args.reports_dir}")
+    return 0

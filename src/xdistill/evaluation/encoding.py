@@ -1,0 +1,47 @@
+"""Embedding each distinct sentence once per model across all benchmarks of a run."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+
+class CachedEncoder:
+    """Wraps an encoder (``.encode``, ``.dimension``, ``.spec``) with a sentence -> vector memo.
+
+    Benchmarks share many sentences (the English STSb side appears in every cross-lingual set,
+    Tatoeba and FLORES English sides overlap across languages), so encoding each distinct
+    sentence once saves a large share of a run's time. Output is identical to the wrapped
+    encoder's up to batch composition (padding does not change a sentence's embedding).
+    """
+
+    def __init__(self, encoder: Any, batch_size: int = 64, show_progress_bar: bool = False) -> None:
+        self.encoder = encoder
+        self.spec = getattr(encoder, "spec", str(encoder))
+        self.dimension = int(encoder.dimension)
+        self.batch_size = batch_size
+        self.show_progress_bar = show_progress_bar
+        self._memo: dict[str, np.ndarray] = {}
+        self.encoded = 0  # distinct sentences actually sent to the model
+
+    def encode(self, texts: Sequence[str], batch_size: int | None = None, show_progress_bar: bool = False,
+               **_: Any) -> np.ndarray:
+        """Embeddings of ``texts`` (float32 rows, in order), encoding only unseen sentences."""
+        texts = list(texts)
+        missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
+        if missing:
+            vectors = np.asarray(
+                self.encoder.encode(missing, batch_size=batch_size or self.batch_size,
+                                    show_progress_bar=self.show_progress_bar or show_progress_bar),
+                dtype=np.float32,
+            )
+            self._memo.update(zip(missing, vectors))
+            self.encoded += len(missing)
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return np.stack([self._memo[t] for t in texts])

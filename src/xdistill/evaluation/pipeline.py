@@ -1,0 +1,149 @@
+"""The two evaluation stages: baselines (teacher, untrained student, mUSE) and the trained student.
+
+``run_baselines`` evaluates the reference models once and stores each result as
+``data/baselines/<label>.json``; ``run_student_evaluation`` evaluates the trained student and
+writes every output with the stored baselines side by side. Splitting them lets DVC skip the
+baselines (minutes of encoding) when only training changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from xdistill.errors import InputFileError, XdistillError
+from xdistill.evaluation.plots import write_plots
+from xdistill.evaluation.report import write_benchmark_outputs, write_summary
+from xdistill.evaluation.suite import EvaluationInputs, EvaluationSettings, evaluate_model
+from xdistill.io import atomic_path, write_json_atomic
+
+logger = logging.getLogger(__name__)
+
+TEACHER_LABEL = "teacher"
+UNTRAINED_LABEL = "student-untrained"
+MUSE_LABEL = "muse"
+STUDENT_LABEL = "student"
+MUSE_SPEC = "pypi:muse"
+# column order of every table: the evaluated student first, then the references
+LABEL_ORDER = (STUDENT_LABEL, TEACHER_LABEL, UNTRAINED_LABEL, MUSE_LABEL)
+
+
+def baseline_specs(models: dict[str, str], settings: EvaluationSettings) -> dict[str, str]:
+    """``{label: spec}`` of the reference models: the teacher, the untrained student, mUSE (optional)."""
+    specs = {TEACHER_LABEL: models["teacher"], UNTRAINED_LABEL: models["student"]}
+    if settings.muse:
+        specs[MUSE_LABEL] = MUSE_SPEC
+    return specs
+
+
+@contextlib.contextmanager
+def prepared_inputs(raw_dir: str | Path, settings: EvaluationSettings, dev_path: str | Path | None) -> Iterator[EvaluationInputs]:
+    """The run's inputs; builds the FLORES BUCC-style mining benchmark in a temporary folder.
+
+    The benchmark is deterministic for a seed (see :mod:`xdistill.mining.flores`), so building it
+    per run instead of storing it keeps the stages' outputs small at the cost of a second of I/O.
+    """
+    eval_dir = Path(raw_dir) / "eval"
+    if not eval_dir.is_dir():
+        raise XdistillError(f"{eval_dir}: evaluation data folder not found (run the `corpora` stage first)")
+    dev = None
+    if "dev" in settings.benchmarks and dev_path is not None:
+        dev = Path(dev_path)
+        if not dev.is_file():
+            raise InputFileError(dev, "held-out dev file not found (run the `parallel` stage first)")
+    bucc = Path(settings.bucc_dir) if settings.bucc_dir else None
+    if bucc is not None and not bucc.is_dir():
+        raise XdistillError(f"{bucc}: evaluate.bucc_dir is not a folder")
+    with tempfile.TemporaryDirectory(prefix="xdistill-mining-") as tmp:
+        flores_mining = None
+        if "mining" in settings.benchmarks:
+            from xdistill.mining.flores import build_flores_bucc
+
+            flores_mining = Path(tmp) / "flores-bucc"
+            build_flores_bucc(eval_dir / "flores200-devtest", flores_mining,
+                              [lang for lang in settings.languages if lang != "en"],
+                              seed=settings.mining_seed, gold_share=settings.mining_gold_share)
+        yield EvaluationInputs(eval_dir=eval_dir, dev_path=dev, flores_mining_dir=flores_mining, bucc_dir=bucc)
+
+
+def _load_encoder(spec: str) -> Any:
+    from xdistill.models import load_encoder
+
+    logger.info("loading %s", spec)
+    return load_encoder(spec)
+
+
+def run_baselines(settings: EvaluationSettings, models: dict[str, str], raw_dir: str | Path,
+                  dev_path: str | Path | None, out_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """Evaluate every reference model; write ``out_dir/<label>.json`` (the folder replaced atomically)."""
+    specs = baseline_specs(models, settings)
+    results: dict[str, dict[str, Any]] = {}
+    with prepared_inputs(raw_dir, settings, dev_path) as inputs:
+        teacher = _load_encoder(specs[TEACHER_LABEL])
+        for label, spec in specs.items():
+            encoder = teacher if label == TEACHER_LABEL else _load_encoder(spec)
+            results[label] = {**evaluate_model(encoder, label, settings, inputs, teacher=teacher),
+                              "settings": settings.as_dict()}
+            logger.info("%s (%s): evaluated in %.0f s", label, spec, results[label]["seconds"])
+            del encoder
+    with atomic_path(out_dir, is_dir=True) as tmp:
+        for label, result in results.items():
+            write_json_atomic(tmp / f"{label}.json", result)
+    return results
+
+
+def load_baselines(baselines_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """Every ``<label>.json`` written by :func:`run_baselines`."""
+    folder = Path(baselines_dir)
+    if not folder.is_dir():
+        raise XdistillError(f"{folder}: baselines folder not found (run `xdistill evaluate --baselines` first)")
+    results = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise InputFileError(path, f"invalid JSON: {exc.msg}", exc.lineno) from None
+        if not isinstance(result, dict) or "benchmarks" not in result:
+            raise InputFileError(path, "not a baseline result (no 'benchmarks' key)")
+        results[result.get("label", path.stem)] = result
+    return results
+
+
+def ordered(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Results in :data:`LABEL_ORDER`, other labels after, alphabetically."""
+    rank = {label: i for i, label in enumerate(LABEL_ORDER)}
+    return {label: results[label] for label in sorted(results, key=lambda x: (rank.get(x, len(rank)), x))}
+
+
+def write_outputs(all_results: dict[str, dict[str, Any]], primary_label: str, languages: list[str],
+                  metrics_dir: str | Path, reports_dir: str | Path, plots_dir: str | Path) -> dict[str, Any]:
+    """Metrics, tables, summary and plots; each output folder replaced as a whole, atomically."""
+    all_results = ordered(all_results)
+    with atomic_path(metrics_dir, is_dir=True) as metrics_tmp, atomic_path(reports_dir, is_dir=True) as reports_tmp, \
+            atomic_path(plots_dir, is_dir=True) as plots_tmp:
+        write_benchmark_outputs(all_results, metrics_tmp, reports_tmp)
+        summary = write_summary(all_results, primary_label, languages, metrics_tmp, reports_tmp)
+        write_plots(all_results, plots_tmp)
+    return summary
+
+
+def run_student_evaluation(settings: EvaluationSettings, student_spec: str, teacher_spec: str, raw_dir: str | Path,
+                           dev_path: str | Path | None, baselines_dir: str | Path, metrics_dir: str | Path,
+                           reports_dir: str | Path, plots_dir: str | Path) -> dict[str, Any]:
+    """Evaluate the trained student and write every output with the baselines side by side."""
+    baselines = load_baselines(baselines_dir)
+    with prepared_inputs(raw_dir, settings, dev_path) as inputs:
+        student = _load_encoder(student_spec)
+        teacher = _load_encoder(teacher_spec) if inputs.dev_path is not None else None
+        result = {**evaluate_model(student, STUDENT_LABEL, settings, inputs, teacher=teacher),
+                  "settings": settings.as_dict()}
+    logger.info("student (%s): evaluated in %.0f s", student_spec, result["seconds"])
+    summary = write_outputs({**baselines, STUDENT_LABEL: result}, STUDENT_LABEL, settings.languages,
+                            metrics_dir, reports_dir, plots_dir)
+    logger.info("primary score %.2f (student)", summary.get("primary_score", float("nan")))
+    return summary

@@ -1,0 +1,230 @@
+"""Evaluation metrics and readers on tiny hand-computed cases, plus the real benchmark files."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xdistill.errors import InputFileError, XdistillError
+from xdistill.evaluation.bias import language_bias
+from xdistill.evaluation.metrics import mean_or_nan, paired_cosine, spearman_x100
+from xdistill.evaluation.report import flatten, metrics_view, per_language_scores, primary_score
+from xdistill.evaluation.sts import (
+    STS17_TRACKS,
+    STSSet,
+    build_stsb_sets,
+    evenly_spaced,
+    load_sts17,
+    read_sts17_track,
+    read_stsb_multi_mt,
+    score_sts_set,
+    scored_line_count,
+)
+from xdistill.evaluation.suite import EvaluationSettings, project_2d
+from xdistill.evaluation.tatoeba import available_codes, read_tatoeba_pairs, tatoeba_code, tatoeba_scores
+
+
+def unit(*values: float) -> np.ndarray:
+    vector = np.array(values, dtype=np.float64)
+    return vector / np.linalg.norm(vector)
+
+
+# ------------------------------------------------------------------ Spearman and cosine
+
+
+def test_spearman_perfect_and_reversed_rankings():
+    assert spearman_x100([0.1, 0.5, 0.9, 2.0], [1, 2, 3, 4]) == pytest.approx(100.0)
+    assert spearman_x100([0.1, 0.5, 0.9, 2.0], [4, 3, 2, 1]) == pytest.approx(-100.0)
+
+
+def test_spearman_with_ties_uses_average_ranks():
+    # gold ranks [1, 2, 3.5, 5, 3.5] (two 7s share 3.5); centred: [-2,-1,.5,2,.5] vs [-2,-1,0,1,2]
+    # sum of products 8, sums of squares 10 and 9.5 -> rho = 8 / sqrt(95)
+    assert spearman_x100([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) == pytest.approx(100 * 8 / math.sqrt(95))
+
+
+def test_spearman_constant_input_is_nan_and_length_mismatch_is_an_error():
+    assert math.isnan(spearman_x100([1, 1, 1], [1, 2, 3]))
+    with pytest.raises(XdistillError):
+        spearman_x100([1, 2, 3], [1, 2])
+
+
+def test_paired_cosine_row_by_row():
+    first = np.array([[1.0, 0.0], [0.0, 2.0]])
+    second = np.array([[1.0, 1.0], [0.0, -1.0]])
+    np.testing.assert_allclose(paired_cosine(first, second), [1 / math.sqrt(2), -1.0])
+
+
+def test_mean_or_nan_ignores_missing_values():
+    assert mean_or_nan([1.0, None, float("nan"), 3.0]) == 2.0
+    assert math.isnan(mean_or_nan([None]))
+
+
+# ------------------------------------------------------------------ STS scoring
+
+
+def test_score_sts_set_on_hand_made_vectors():
+    vectors = {"a": unit(1, 0), "b": unit(1, 0), "c": unit(0, 1), "d": unit(0.6, 0.8), "e": unit(1, 1)}
+    embed = lambda texts: np.stack([vectors[t] for t in texts])  # noqa: E731
+    # cosines: (a,b)=1, (a,c)=0, (a,d)=0.6, (c,e)=0.707
+    sts_set = STSSet("toy", ["a", "a", "a", "c"], ["b", "c", "d", "e"], np.array([5.0, 0.0, 2.0, 4.0]))
+    # predicted ranks [4,1,2,3] vs gold ranks [4,1,2,3]
+    assert score_sts_set(embed, sts_set) == pytest.approx(100.0)
+    swapped = STSSet("toy", ["a", "a", "a", "c"], ["b", "c", "d", "e"], np.array([5.0, 0.0, 4.0, 2.0]))
+    # predicted ranks [4,1,2,3] vs gold [4,1,3,2]: centred products 2.25+2.25-.25-.25 = 4, / 5 -> 0.8
+    assert score_sts_set(embed, swapped) == pytest.approx(80.0)
+
+
+def test_evenly_spaced_subset_covers_the_whole_set():
+    np.testing.assert_array_equal(evenly_spaced(10, 4), [0, 3, 6, 9])
+    sts_set = STSSet("s", list("abcdefghij"), list("ABCDEFGHIJ"), np.arange(10.0))
+    small = sts_set.subset(4)
+    assert small.sentences1 == ["a", "d", "g", "j"] and small.sentences2 == ["A", "D", "G", "J"]
+    assert sts_set.subset(None) is sts_set
+
+
+# ------------------------------------------------------------------ STS17 files
+
+
+def test_sts17_reads_all_official_tracks(mirror_dir: Path):
+    tracks = load_sts17(mirror_dir / "eval" / "sts17")
+    assert [t.name for t in tracks] == list(STS17_TRACKS)
+    assert all(len(t) == 250 for t in tracks)
+    assert all(0 <= t.gold.min() and t.gold.max() <= 5 for t in tracks)
+
+
+def test_sts17_tr_en_gold_scores_belong_to_the_first_250_lines(mirror_dir: Path):
+    sts17 = mirror_dir / "eval" / "sts17"
+    track = read_sts17_track(sts17, "tr-en")
+    lines = (sts17 / "STS2017.eval.v1.1" / "STS.input.track6.tr-en.txt").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 500 and len(track) == 250
+    assert [f"{a}\t{b}" for a, b in zip(track.sentences1, track.sentences2)] == lines[:250]
+    assert any("first 250" in note for note in track.notes)
+    assert scored_line_count("tr-en", 500, 250, Path("x")) == 250
+
+
+def test_sts_input_and_gold_count_mismatch_is_reported(tmp_path: Path):
+    with pytest.raises(InputFileError, match="500 input pairs but 250 gold"):
+        scored_line_count("en-en", 500, 250, tmp_path / "STS.input.track5.en-en.txt")
+    inputs = tmp_path / "STS2017.eval.v1.1"
+    gold = tmp_path / "STS2017.gs"
+    inputs.mkdir()
+    gold.mkdir()
+    (inputs / "STS.input.track5.en-en.txt").write_text("a\tb\nc d\n", encoding="utf-8")
+    (gold / "STS.gs.track5.en-en.txt").write_text("1.0\n2.0\n", encoding="utf-8")
+    with pytest.raises(InputFileError, match=r"track5.en-en.txt:2: expected 2 tab-separated"):
+        read_sts17_track(tmp_path, "en-en")
+
+
+# ------------------------------------------------------------------ stsb-multi-mt
+
+
+def test_stsb_multi_mt_reader_handles_quoted_commas(tmp_path: Path):
+    path = tmp_path / "stsb-en-test.csv"
+    path.write_text('"Hello, world.",Bye.,3.5\nA man,"sings, loudly",0.25\n', encoding="utf-8")
+    rows = read_stsb_multi_mt(path)
+    assert [(r.sentence1, r.sentence2, r.score) for r in rows] == [
+        ("Hello, world.", "Bye.", 3.5), ("A man", "sings, loudly", 0.25)]
+    path.write_text('a,b,1.0\nhello, world,b,2.0\n', encoding="utf-8")
+    with pytest.raises(InputFileError, match=r"stsb-en-test.csv:2: expected 3 CSV fields"):
+        read_stsb_multi_mt(path)
+
+
+def test_stsb_crosslingual_sets_pair_english_with_translations(mirror_dir: Path):
+    folder = mirror_dir / "eval" / "stsb-multi-mt"
+    english = read_stsb_multi_mt(folder / "data" / "stsb-en-test.csv")
+    german = read_stsb_multi_mt(folder / "data" / "stsb-de-test.csv")
+    monolingual, crosslingual = build_stsb_sets(folder, ["ar", "de"], max_pairs=5)  # no Arabic file
+    assert [s.name for s in monolingual] == ["en-en", "de-de"]
+    assert [s.name for s in crosslingual] == ["en-de", "de-en"]
+    en_de = crosslingual[0]
+    keep = evenly_spaced(len(english), 5)
+    assert en_de.sentences1 == [english[i].sentence1 for i in keep]
+    assert en_de.sentences2 == [german[i].sentence2 for i in keep]
+    assert crosslingual[1].sentences1 == [german[i].sentence1 for i in keep]
+    np.testing.assert_allclose(en_de.gold, [english[i].score for i in keep])
+
+
+# ------------------------------------------------------------------ Tatoeba
+
+
+def test_tatoeba_accuracy_in_both_directions():
+    # xx0=(1,0) xx1=(0,1); en0=(1,0) en1 close to xx0: xx->en both right; en1->xx picks xx0: wrong
+    xx = np.stack([unit(1, 0), unit(0, 1)])
+    en = np.stack([unit(1, 0), unit(0.9, 0.436)])
+    assert tatoeba_scores(xx, en) == pytest.approx({"xx2en": 100.0, "en2xx": 50.0, "average": 75.0})
+
+
+def test_tatoeba_codes_and_files(mirror_dir: Path):
+    folder = mirror_dir / "eval" / "tatoeba-laser"
+    assert tatoeba_code("zh") == "cmn" and tatoeba_code("de") == "deu" and tatoeba_code("kab") == "kab"
+    codes = available_codes(folder)
+    assert len(codes) == 112 and "cmn" in codes
+    xx, en = read_tatoeba_pairs(folder, "deu", max_pairs=3)
+    assert len(xx) == len(en) == 3 and xx[0].startswith("Maria") and en[0].startswith("Mary")
+
+
+# ------------------------------------------------------------------ language bias
+
+
+def test_language_bias_expected_vs_actual():
+    # each set alone ranks perfectly (100); joined, set B's cosines are all higher than set A's
+    gold = np.array([1.0, 2.0, 3.0])
+    bias = language_bias(["en-en", "en-de"], [np.array([0.7, 0.8, 0.9]), np.array([0.1, 0.2, 0.3])], [gold, gold])
+    # joined: predicted ranks centred [.5,1.5,2.5,-2.5,-1.5,-.5]; gold ranks with ties centred [-2,0,2,-2,0,2]
+    # products -1+0+5+5+0-1 = 8, squares 17.5 and 16 -> 8/sqrt(280)
+    assert bias["expected"] == pytest.approx(100.0)
+    assert bias["actual"] == pytest.approx(100 * 8 / math.sqrt(280))
+    assert bias["difference"] == pytest.approx(100 * 8 / math.sqrt(280) - 100)
+    assert bias["per_set"] == pytest.approx({"en-en": 100.0, "en-de": 100.0})
+
+
+# ------------------------------------------------------------------ report helpers
+
+
+def toy_results(sts17_average: float, tatoeba_average: float) -> dict:
+    return {"label": "m", "benchmarks": {
+        "sts17": {"scores": {"ar-en": 60.0, "es-en-4a": 70.0, "es-en-4b": 5.0, "tr-en": 50.0, "en-en": 80.0,
+                             "average": sts17_average}},
+        "sts_crosslingual": {"scores": {"en-de": 40.0, "de-en": 30.0, "average": 35.0}},
+        "tatoeba": {"scores": {"deu": {"xx2en": 90.0, "en2xx": 80.0, "average": 85.0},
+                               "ara": {"xx2en": 70.0, "en2xx": 50.0, "average": 60.0}, "average": tatoeba_average}},
+    }}
+
+
+def test_primary_score_and_per_language_scores():
+    results = toy_results(66.0, 72.5)
+    assert primary_score(results) == pytest.approx((66.0 + 72.5) / 2)
+    per_language = per_language_scores(results, ["ar", "de", "es", "xx"])
+    # ar: STS17 ar-en 60 and Tatoeba 60; de: no STS17 track -> STSb cross-lingual 35, Tatoeba 85;
+    # es: track 4a only (4b is outside), no Tatoeba result; xx: nothing
+    assert per_language["en"] == 80.0
+    assert per_language["ar"] == pytest.approx(60.0)
+    assert per_language["de"] == pytest.approx((35.0 + 85.0) / 2)
+    assert per_language["es"] == pytest.approx(70.0)
+    assert per_language["xx"] is None
+
+
+def test_flatten_and_metrics_view():
+    scores = toy_results(1.0, 2.0)["benchmarks"]["tatoeba"]["scores"]
+    assert flatten({"a": {"b": 1.0, "c": float("nan")}, "d": 2}) == {"a.b": 1.0, "a.c": None, "d": 2}
+    assert metrics_view("tatoeba", scores) == {"deu": 85.0, "ara": 60.0, "average": 2.0}
+
+
+def test_pca_projection_keeps_the_main_direction():
+    points = np.array([[-2.0, 0.0, 0.1], [2.0, 0.0, -0.1], [0.0, 1.0, 0.0], [0.0, -1.0, 0.0]])
+    coords, share = project_2d(points)
+    assert np.abs(coords[:, 0]).max() == pytest.approx(2.0, abs=1e-2)
+    assert share[0] > share[1] > 0 and sum(share) <= 1.0
+
+
+def test_settings_reject_unknown_keys():
+    settings = EvaluationSettings.from_params({"tatoeba_max_pairs": 5}, ["de"])
+    assert settings.tatoeba_max_pairs == 5 and settings.languages == ["de"]
+    with pytest.raises(XdistillError, match="unknown key"):
+        EvaluationSettings.from_params({"tatoeba_max": 5}, ["de"])
+    with pytest.raises(XdistillError, match="benchmarks"):
+        EvaluationSettings.from_params({"benchmarks": ["sts18"]}, ["de"])
