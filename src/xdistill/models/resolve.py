@@ -51,11 +51,11 @@ def _download_from_hub(spec: str) -> Path:
         ) from exc
 
 
-def resolve_model_dir(spec: str) -> Path:
+def resolve_model_dir(spec: str, force: bool = False) -> Path:
     """Return a sentence-transformers (or transformers) model folder for ``spec``.
 
     ``pypi:`` models that need converting or assembling are prepared once into the user
-    cache; later calls reuse that folder. Raises :class:`XdistillError` for an unknown
+    cache; later calls reuse that folder (``force`` rebuilds it). Raises :class:`XdistillError` for an unknown
     ``pypi:`` name, a missing package (with the pip command), a missing folder, an
     inference-only model (``pypi:muse``) or a hub id that cannot be fetched.
     """
@@ -69,7 +69,7 @@ def resolve_model_dir(spec: str) -> Path:
                 f"model '{spec}' is an inference-only encoder with no sentence-transformers folder; "
                 "use xdistill.models.load_encoder for it (it cannot be trained or fine-tuned)"
             )
-        return model.folder()
+        return model.folder(force)
     path = Path(spec).expanduser()
     if path.is_dir():
         if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):

