@@ -35,6 +35,9 @@ LABEL_ORDER = (STUDENT_LABEL, TEACHER_LABEL, UNTRAINED_LABEL, MUSE_LABEL)
 
 def baseline_specs(models: dict[str, str], settings: EvaluationSettings) -> dict[str, str]:
     """``{label: spec}`` of the reference models: the teacher, the untrained student, mUSE (optional)."""
+    missing = [key for key in ("teacher", "student") if not models.get(key)]
+    if missing:
+        raise XdistillError(f"params.yaml models: missing {', '.join(missing)} (model specs of the baselines)")
     specs = {TEACHER_LABEL: models["teacher"], UNTRAINED_LABEL: models["student"]}
     if settings.muse:
         specs[MUSE_LABEL] = MUSE_SPEC
@@ -61,7 +64,7 @@ def prepared_inputs(raw_dir: str | Path, settings: EvaluationSettings, dev_path:
         raise XdistillError(f"{bucc}: evaluate.bucc_dir is not a folder")
     with tempfile.TemporaryDirectory(prefix="xdistill-mining-") as tmp:
         flores_mining = None
-        if "mining" in settings.benchmarks:
+        if "mining" in settings.benchmarks and settings.mining_flores:
             from xdistill.mining.flores import build_flores_bucc
 
             flores_mining = Path(tmp) / "flores-bucc"

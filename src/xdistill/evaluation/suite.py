@@ -46,6 +46,7 @@ class EvaluationSettings:
     tatoeba_max_pairs: int | None = 1000
     tatoeba_all: bool = False
     dev_max_pairs: int | None = 200
+    mining_flores: bool = True
     mining_seed: int = 13
     mining_gold_share: float = 0.05
     mining_k: int = 4
