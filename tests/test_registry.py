@@ -78,7 +78,9 @@ def test_summary_with_benchmark_per_language_scores(tmp_path: Path) -> None:
     path = tmp_path / "summary.json"
     path.write_text(json.dumps({"primary_score": 0.4, "per_language": {"de": {"sts17": 0.5, "tatoeba": 0.3}}}))
     assert read_summary_scores(path) == Scores(0.4, {"de.sts17": 0.5, "de.tatoeba": 0.3})
-    path.write_text('{"per_language": {}}')
+    path.write_text('{"primary_score": null, "per_language": {}}')
+    assert read_summary_scores(path) is None  # registered, never promoted
+    path.write_text('{"primary_score": "high"}')
     with pytest.raises(InputFileError, match="primary_score"):
         read_summary_scores(path)
 

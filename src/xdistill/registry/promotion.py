@@ -49,7 +49,7 @@ class PromoteConfig:
     """The ``promote`` section of params.yaml."""
 
     margin: float = 0.0
-    tolerance: float = 0.01
+    tolerance: float = 1.0
     alias: str = CHAMPION_ALIAS
     lock_file: str | None = None
 

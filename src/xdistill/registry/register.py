@@ -108,7 +108,7 @@ def register_run(root: str | Path = ".", config: RegisterConfig | None = None) -
             model_uri = _log_student(root / STUDENT_DIR)
             log.info("registering a new version of '%s'", config.model_name)
             model_version = mlflow.register_model(
-                model_uri, config.model_name, tags={**tags, **inputs.scores.as_tags(), "run_id": run_id}
+                model_uri, config.model_name, tags={**tags, **_score_tags(inputs.scores), "run_id": run_id}
             )
             version = str(model_version.version)
             registration = Registration(
@@ -132,7 +132,7 @@ class _Inputs:
     params: dict[str, Any]
     params_file: Path
     metrics: dict[str, float]
-    scores: Scores
+    scores: Scores | None
 
 
 def _collect_inputs(root: Path) -> _Inputs:
@@ -153,6 +153,13 @@ def _collect_inputs(root: Path) -> _Inputs:
             metrics.update(numeric_leaves(data, prefix))
     scores = read_summary_scores(root / SUMMARY_FILE)
     return _Inputs(params=params, params_file=params_file, metrics=metrics, scores=scores)
+
+
+def _score_tags(scores: Scores | None) -> dict[str, str]:
+    if scores is None:
+        log.warning("%s has no primary score: the version can never be promoted", SUMMARY_FILE)
+        return {}
+    return scores.as_tags()
 
 
 def _metric_files(metrics_dir: Path) -> list[Path]:

@@ -10,6 +10,7 @@ them for regressions.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,18 +46,24 @@ class Scores:
         return cls(float(tags[PRIMARY_SCORE_TAG]), {k: float(v) for k, v in per_language.items()})
 
 
-def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summary.json") -> Scores:
-    """Read :class:`Scores` from an evaluation summary mapping (see the module docstring)."""
+def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summary.json") -> Scores | None:
+    """Read :class:`Scores` from an evaluation summary mapping (see the module docstring).
+
+    None when the summary has no finite primary score (e.g. a configuration without any
+    headline benchmark): such a model can be registered but never promoted.
+    """
     primary = summary.get("primary_score")
-    if isinstance(primary, bool) or not isinstance(primary, int | float):
-        raise InputFileError(source, "no numeric 'primary_score' (written by the evaluate stage)")
+    if primary is not None and (isinstance(primary, bool) or not isinstance(primary, int | float)):
+        raise InputFileError(source, f"'primary_score' must be a number, not {primary!r}")
     per_language = summary.get("per_language") or {}
     if not isinstance(per_language, Mapping):
         raise InputFileError(source, "'per_language' must map each language to a score or to {benchmark: score}")
+    if primary is None or not math.isfinite(primary):
+        return None
     return Scores(float(primary), numeric_leaves(per_language))
 
 
-def read_summary_scores(path: str | Path) -> Scores:
+def read_summary_scores(path: str | Path) -> Scores | None:
     """Load :class:`Scores` from a ``summary.json`` file."""
     path = Path(path)
     if not path.is_file():
