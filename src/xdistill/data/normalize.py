@@ -15,6 +15,11 @@ def normalize_text(text: str) -> str:
     Whitespace is Python's notion (``str.split()``): spaces, tabs, newlines, CR, NBSP, thin and
     ideographic spaces, ... A tab or newline can therefore never survive into a TSV cell.
     """
-    if not text.isascii() and not unicodedata.is_normalized("NFC", text):
+    if not text.isascii():
         text = unicodedata.normalize("NFC", text)
+    # Fast path (this runs twice per training pair): a printable string has no whitespace other than
+    # the ASCII space (every other space or control character is non-printable), so it is already
+    # normal unless it has a double, leading or trailing space.
+    if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+        return text
     return " ".join(text.split())
