@@ -1,0 +1,95 @@
+"""Student construction: layer truncation, frozen embeddings, Dense head, export, trainable state."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+
+from tests.trainer_helpers import minilm_folder
+from xdistill.errors import XdistillError
+from xdistill.training.student import (
+    StudentConfig,
+    build_student,
+    load_trainable_state_dict,
+    save_student,
+    trainable_state_dict,
+    transformer_backbone,
+)
+
+SENTENCES = ["The cat sits on the mat.", "Der Hund schläft.", "A completely different sentence about taxes."]
+
+
+@pytest.fixture(scope="module")
+def base() -> str:
+    return minilm_folder()
+
+
+def test_keep_layers_freeze_and_dense_head(base: str) -> None:
+    student = build_student(StudentConfig(base, keep_layers=2, output_dim=16, max_seq_length=40), seed=3)
+    backbone = transformer_backbone(student)
+    assert len(backbone.encoder.layer) == 2 and backbone.config.num_hidden_layers == 2
+    assert not backbone.get_input_embeddings().weight.requires_grad
+    assert backbone.embeddings.position_embeddings.weight.requires_grad
+    names = [type(m).__name__ for m in student]
+    assert names == ["Transformer", "Pooling", "Dense", "Normalize"]
+    embeddings = student.encode(SENTENCES)
+    assert embeddings.shape == (3, 16)
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)
+    # the Dense init depends on the seed only, not on what ran before
+    torch.manual_seed(12345)
+    again = build_student(StudentConfig(base, keep_layers=2, output_dim=16, max_seq_length=40), seed=3)
+    np.testing.assert_array_equal(again.encode(SENTENCES), embeddings)
+
+
+def test_saved_student_loads_with_sentence_transformers(base: str, tmp_path: Path) -> None:
+    student = build_student(StudentConfig(base, keep_layers=1, output_dim=8, max_seq_length=32))
+    out = save_student(student, tmp_path / "student")
+    loaded = SentenceTransformer(str(out), device="cpu")
+    assert loaded.get_embedding_dimension() == 8 and loaded.max_seq_length == 32
+    assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 1
+    np.testing.assert_allclose(loaded.encode(SENTENCES), student.encode(SENTENCES), atol=1e-6)
+
+
+def test_export_keeps_the_base_models_prompts(base: str, tmp_path: Path) -> None:
+    prompted = tmp_path / "prompted-base"
+    prompted.mkdir()
+    for item in Path(base).iterdir():  # link the weights, rewrite only the prompt config
+        if item.name != "config_sentence_transformers.json":
+            os.symlink(item, prompted / item.name)
+    config = json.loads((Path(base) / "config_sentence_transformers.json").read_text())
+    config.update(prompts={"query": "query: ", "document": "passage: "}, default_prompt_name="query")
+    (prompted / "config_sentence_transformers.json").write_text(json.dumps(config))
+    student = build_student(StudentConfig(str(prompted), keep_layers=1))
+    loaded = SentenceTransformer(str(save_student(student, tmp_path / "student")), device="cpu")
+    assert loaded.prompts["query"] == "query: " and loaded.default_prompt_name == "query"
+    shutil.rmtree(prompted)
+
+
+def test_trainable_state_dict_round_trip_skips_frozen_table(base: str) -> None:
+    student = build_student(StudentConfig(base, keep_layers=1))
+    state = trainable_state_dict(student)
+    assert not any("word_embeddings" in name for name in state)
+    assert any("encoder.layer.0" in name for name in state)
+    with torch.no_grad():
+        for parameter in student.parameters():
+            if parameter.requires_grad:
+                parameter.add_(1.0)
+    load_trainable_state_dict(student, state)
+    for name, tensor in trainable_state_dict(student).items():
+        assert torch.equal(tensor, state[name]), name
+    with pytest.raises(XdistillError, match="does not match"):
+        load_trainable_state_dict(student, {"nonexistent.weight": torch.zeros(1)})
+
+
+def test_bad_student_options_fail_clearly(base: str) -> None:
+    with pytest.raises(XdistillError, match="keep_layers=9: the base model has 6 layers"):
+        build_student(StudentConfig(base, keep_layers=9))
+    with pytest.raises(XdistillError, match="unknown keys"):
+        StudentConfig.from_params(base, {"layers": 2}, 64)

@@ -1,0 +1,254 @@
+"""The training loop: batches, schedule, dev metrics, the stage end to end, exact resume after
+SIGKILL, DDP on 2 gloo processes, a low-dimensional student, early stopping, the collapse guard."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+
+from tests.trainer_helpers import (
+    REPO_ROOT,
+    build_store,
+    cli_args,
+    load_weights,
+    minilm_folder,
+    run_cli,
+    tiny_train_params,
+    write_parallel_files,
+    write_params,
+)
+from xdistill.errors import InputFileError, XdistillError
+from xdistill.training import checkpoint as ckpt
+from xdistill.training.pairs import BatchStream, epoch_batches, read_parallel_pairs
+from xdistill.training.trainer import (
+    OutputPaths,
+    TrainParams,
+    linear_schedule,
+    mean_pairwise_cosine,
+    train_student,
+)
+
+REFERENCE = tiny_train_params(steps=16)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("trainer")
+    data = root / "data"
+    train, dev = write_parallel_files(data)
+    store = build_store(root, [train, dev])
+    student = minilm_folder()
+    params_file = write_params(root / "params.yaml", REFERENCE, student)
+    return {"root": root, "data": data, "store": store, "student": Path(student), "params": params_file}
+
+
+@pytest.fixture(scope="module")
+def reference_run(setup: dict[str, Path]) -> Path:
+    """An uninterrupted single-process CLI run of REFERENCE (the baseline of several tests)."""
+    workdir = setup["root"] / "reference"
+    proc = run_cli(cli_args(workdir, setup["data"], setup["store"], setup["params"]), cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return workdir
+
+
+# ---------------------------------------------------------------------------------------------
+# building blocks
+# ---------------------------------------------------------------------------------------------
+
+
+def test_epoch_batches_are_length_bucketed_deterministic_and_complete() -> None:
+    lengths = np.random.default_rng(0).integers(3, 60, size=103)
+    batches = epoch_batches(lengths, batch_size=10, seed=1, epoch=0, bucket_batches=5)
+    assert all(len(b) == 10 for b in batches) and len(batches) == 10
+    flat = np.concatenate(batches)
+    assert len(set(flat.tolist())) == 100  # no pair twice; 3 wait for a later epoch
+    # inside a pool of 5 batches lengths are sorted, so a batch spans far less than the whole range
+    spans = [np.ptp(lengths[b]) for b in batches]
+    assert np.mean(spans) < 0.5 * np.ptp(lengths)
+    again = epoch_batches(lengths, batch_size=10, seed=1, epoch=0, bucket_batches=5)
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))
+    other_epoch = epoch_batches(lengths, batch_size=10, seed=1, epoch=1, bucket_batches=5)
+    assert not all(np.array_equal(a, b) for a, b in zip(batches, other_epoch, strict=True))
+
+
+def test_batch_stream_resumes_at_any_position() -> None:
+    lengths = np.arange(30)
+    full = BatchStream(lengths, 4, seed=3)
+    expected = [full.next() for _ in range(20)]  # crosses two epoch boundaries (7 batches/epoch)
+    resumed = BatchStream(lengths, 4, seed=3, position=9)
+    assert all(np.array_equal(resumed.next(), batch) for batch in expected[9:])
+
+
+def test_mean_pairwise_cosine_hand_computed() -> None:
+    vectors = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 3.0]])
+    # pairs: cos(a,b)=0, cos(a,c)=cos(b,c)=1/sqrt(2)  ->  mean (0 + 2/sqrt(2)) / 3
+    assert mean_pairwise_cosine(vectors) == pytest.approx(math.sqrt(2) / 3, abs=1e-12)
+    assert mean_pairwise_cosine(torch.ones(4, 3)) == pytest.approx(1.0)
+
+
+def test_linear_schedule_warms_up_then_decays_to_zero() -> None:
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = linear_schedule(optimizer, total_steps=10, warmup_ratio=0.2)
+    rates = []
+    for _ in range(10):
+        rates.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    assert rates == pytest.approx([1 / 3, 2 / 3, 1.0, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8])
+    assert scheduler.get_last_lr()[0] == 0.0
+
+
+def test_parallel_file_errors_name_file_and_line(tmp_path: Path) -> None:
+    bad_header = tmp_path / "bad_header.tsv.gz"
+    with gzip.open(bad_header, "wt") as handle:
+        handle.write("en\tde\nHello\tHallo\n")
+    with pytest.raises(InputFileError, match=r"bad_header.tsv.gz:1: expected a header"):
+        read_parallel_pairs(bad_header)
+    missing_field = tmp_path / "short.tsv.gz"
+    with gzip.open(missing_field, "wt") as handle:
+        handle.write("source\ttranslation\tlang\tcorpus\nHello\tHallo\tde\tx\nOnly one column\n")
+    with pytest.raises(InputFileError, match=r"short.tsv.gz:3: expected a non-empty source"):
+        read_parallel_pairs(missing_field)
+    with pytest.raises(InputFileError, match="not found"):
+        read_parallel_pairs(tmp_path / "absent.tsv.gz")
+
+
+def test_params_are_validated() -> None:
+    with pytest.raises(XdistillError, match="unknown keys"):
+        TrainParams.from_params({"stepz": 3})
+    with pytest.raises(XdistillError, match="not a multiple of grad_accumulation"):
+        TrainParams.from_params({"batch_size": 10, "grad_accumulation": 3})
+
+
+def test_checkpoint_of_other_settings_is_ignored(tmp_path: Path) -> None:
+    ckpt.save_checkpoint(tmp_path, ckpt.LAST, {"fingerprint": "aaa", "step": 3})
+    assert ckpt.load_checkpoint(tmp_path, ckpt.LAST, "aaa")["step"] == 3
+    assert ckpt.load_checkpoint(tmp_path, ckpt.LAST, "bbb") is None
+    (tmp_path / ckpt.LAST).write_bytes(b"truncated garbage")
+    assert ckpt.load_checkpoint(tmp_path, ckpt.LAST, "aaa") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# the stage
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cli_trains_and_writes_every_output(reference_run: Path) -> None:
+    metrics = json.loads((reference_run / "train.json").read_text())
+    assert metrics["steps"] == 16 and metrics["resumed_from_step"] is None
+    assert metrics["best"]["dev_mse"] < metrics["initial"]["dev_mse"]
+    assert metrics["best_step"] in (4, 8, 12, 16)
+    history = (reference_run / "history.csv").read_text().splitlines()
+    assert history[0].startswith("step,kind") and len(history) == 1 + 5 + 8  # 5 dev evals, 8 log rows
+    assert (reference_run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    student = SentenceTransformer(str(reference_run / "student"), device="cpu")
+    assert student.encode(["Hallo Welt"]).shape == (1, 384)
+    assert (reference_run / "checkpoints" / "last.pt").is_file()
+
+
+def test_sigkilled_run_resumes_to_identical_weights(setup: dict[str, Path], reference_run: Path) -> None:
+    workdir = setup["root"] / "killed"
+    args = cli_args(workdir, setup["data"], setup["store"], setup["params"])
+    proc = subprocess.Popen([sys.executable, "-m", "xdistill.cli.main", *args], cwd=REPO_ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    last = workdir / "checkpoints" / "last.pt"
+    deadline = time.monotonic() + 240
+    while not last.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (workdir / "student").exists(), "the run finished before it could be killed"
+
+    resumed = run_cli(args, cwd=REPO_ROOT)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    metrics = json.loads((workdir / "train.json").read_text())
+    assert 0 < metrics["resumed_from_step"] < 16
+    reference = load_weights(reference_run / "student")
+    weights = load_weights(workdir / "student")
+    assert reference.keys() == weights.keys()
+    for name, tensor in reference.items():
+        assert torch.equal(tensor, weights[name]), name
+    reference_metrics = json.loads((reference_run / "train.json").read_text())
+    assert metrics["best"] == reference_metrics["best"]
+
+
+def test_two_gloo_processes_match_one_process(setup: dict[str, Path], reference_run: Path) -> None:
+    workdir = setup["root"] / "ddp"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
+                "-m", "xdistill.cli.main"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([*torchrun, *cli_args(workdir, setup["data"], setup["store"], setup["params"])],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=400, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    reference = load_weights(reference_run / "student")
+    weights = load_weights(workdir / "student")
+    changed = 0
+    initial = load_weights(setup["student"])
+    for name, tensor in reference.items():
+        torch.testing.assert_close(weights[name], tensor, atol=2e-5, rtol=1e-4, msg=name)
+        base = initial.get(name)
+        changed += base is not None and base.shape == tensor.shape and not torch.equal(base, tensor)
+    assert changed > 0, "training changed no weight: the comparison would be vacuous"
+
+
+def test_low_dimensional_student_with_feature_distillation(setup: dict[str, Path], tmp_path: Path) -> None:
+    params = tiny_train_params(
+        steps=8, learning_rate=3e-4,
+        student={"keep_layers": 1, "output_dim": 16},
+        loss={"mse": 0.0, "feature_distillation": 1.0},
+    )
+    outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", tmp_path / "m.json", None, None)
+    result = train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
+                           str(setup["student"]), params, outputs, device="cpu")
+    assert math.isfinite(result.initial["dev_mse"])
+    assert result.best["dev_mse"] < result.initial["dev_mse"]
+    model = SentenceTransformer(str(tmp_path / "student"), device="cpu")
+    assert model.encode(["Guten Morgen"]).shape == (1, 16)
+    # the projection of feature distillation is training-only
+    assert not any("projection" in name for name in load_weights(tmp_path / "student"))
+
+
+def test_early_stopping_and_best_checkpoint(setup: dict[str, Path], tmp_path: Path) -> None:
+    # learning rate 0: dev MSE never improves after the first evaluation
+    params = tiny_train_params(steps=10, learning_rate=0.0, eval_every=1, early_stopping_patience=2,
+                               checkpoint_every=100)
+    outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
+    result = train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
+                           str(setup["student"]), params, outputs, device="cpu")
+    assert result.stopped_early and result.steps_completed == 3 and result.best_step == 1
+
+
+def test_collapse_guard_fails_loud(setup: dict[str, Path], tmp_path: Path) -> None:
+    # A real collapse: feature distillation alone at a high learning rate maps every sentence
+    # onto (nearly) the teacher's mean direction within a few steps.
+    params = tiny_train_params(learning_rate=1e-2, student={"keep_layers": 1, "output_dim": 16},
+                               loss={"mse": 0.0, "feature_distillation": 1.0})
+    outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
+    with pytest.raises(XdistillError, match=r"training collapsed at step [48]: mean pairwise cosine of dev embeddings is 0.9\d+ > train.collapse_threshold 0.95"):
+        train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
+                      str(setup["student"]), params, outputs, device="cpu")
+    assert not (tmp_path / "student").exists()
+
+
+def test_missing_teacher_vectors_fail_clearly(setup: dict[str, Path], tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_parallel_files(data, n_train=100, n_dev=8)  # pairs 73-100 were never embedded
+    shutil.copy(setup["data"] / "dev.tsv.gz", data / "dev.tsv.gz")
+    outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
+    with pytest.raises(XdistillError, match="have no teacher embedding"):
+        train_student(data / "train.tsv.gz", data / "dev.tsv.gz", setup["store"], str(setup["student"]),
+                      tiny_train_params(), outputs, device="cpu")
