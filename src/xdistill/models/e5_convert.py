@@ -26,7 +26,7 @@ import numpy as np
 
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import atomic_path, write_json_atomic
-from xdistill.models.cache import model_cache_dir
+from xdistill.models.cache import build_lock, model_cache_dir
 from xdistill.models.sources import missing_package_error
 
 log = logging.getLogger(__name__)
@@ -403,16 +403,19 @@ def convert_e5(
     if not force and _cache_is_current(output_dir, record):
         log.debug("reusing converted mE5 at %s", output_dir)
         return output_dir
-
-    started = time.perf_counter()
-    log.info("converting %s into %s (one time)", bin_path, output_dir)
-    e5 = read_e5_bin(bin_path)
-    tokenizer = build_tokenizer(tokenizer_path, e5)
-    bert = build_bert_model(e5)
-    with atomic_path(output_dir, is_dir=True) as tmp:
-        save_sentence_transformer_folder(bert, tokenizer, tmp)
-        write_json_atomic(tmp / SOURCE_RECORD, record)
-    log.info("converted mE5 in %.1f s -> %s", time.perf_counter() - started, output_dir)
+    with build_lock(output_dir):
+        # another process may have converted it while this one waited for the lock
+        if not force and _cache_is_current(output_dir, record):
+            return output_dir
+        started = time.perf_counter()
+        log.info("converting %s into %s (one time)", bin_path, output_dir)
+        e5 = read_e5_bin(bin_path)
+        tokenizer = build_tokenizer(tokenizer_path, e5)
+        bert = build_bert_model(e5)
+        with atomic_path(output_dir, is_dir=True) as tmp:
+            save_sentence_transformer_folder(bert, tokenizer, tmp)
+            write_json_atomic(tmp / SOURCE_RECORD, record)
+        log.info("converted mE5 in %.1f s -> %s", time.perf_counter() - started, output_dir)
     return output_dir
 
 

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import atomic_path, write_json_atomic
-from xdistill.models.cache import model_cache_dir
+from xdistill.models.cache import build_lock, model_cache_dir
 from xdistill.models.sources import MPNET_PART_PACKAGES, missing_package_error
 
 log = logging.getLogger(__name__)
@@ -101,13 +101,17 @@ def assemble_mpnet(output_dir: str | Path | None = None, force: bool = False) ->
     record = _source_record(parts)
     if not force and _cache_is_current(output_dir, record):
         return output_dir
-    started = time.perf_counter()
-    log.info("assembling all-mpnet-base-v2 from %d part wheels into %s (one time)", len(parts), output_dir)
-    with atomic_path(output_dir, is_dir=True) as tmp:
-        archive = tmp / ".all-mpnet-base-v2.zip"
-        concatenate_parts(parts, archive)
-        extract_model_folder(archive, tmp)
-        archive.unlink()
-        write_json_atomic(tmp / SOURCE_RECORD, record)
-    log.info("assembled all-mpnet-base-v2 in %.1f s", time.perf_counter() - started)
+    with build_lock(output_dir):
+        # another process may have assembled it while this one waited for the lock
+        if not force and _cache_is_current(output_dir, record):
+            return output_dir
+        started = time.perf_counter()
+        log.info("assembling all-mpnet-base-v2 from %d part wheels into %s (one time)", len(parts), output_dir)
+        with atomic_path(output_dir, is_dir=True) as tmp:
+            archive = tmp / ".all-mpnet-base-v2.zip"
+            concatenate_parts(parts, archive)
+            extract_model_folder(archive, tmp)
+            archive.unlink()
+            write_json_atomic(tmp / SOURCE_RECORD, record)
+        log.info("assembled all-mpnet-base-v2 in %.1f s", time.perf_counter() - started)
     return output_dir
