@@ -144,6 +144,26 @@ def param_overrides(
     return [f"++{key}={hydra_value(value)}" for key, value in chosen.items()]
 
 
+def apply_param_overrides(params_file: Path, overrides: list[str]) -> None:
+    """Apply ``-S`` overrides to a params file with DVC's own override parser and Hydra's merge.
+
+    The same steps as ``dvc exp run -S`` (``dvc.utils.hydra.apply_overrides``), but the file is
+    written back with PyYAML: DVC's writer emits YAML that the project's reader (PyYAML) takes
+    differently (``1e-05`` becomes a string) or that DVC itself cannot re-read (a ``pypi:...``
+    value inside a ``{...}`` mapping).
+    """
+    from dvc.utils.hydra import to_hydra_overrides
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from omegaconf import OmegaConf
+
+    params = yaml.safe_load(params_file.read_text(encoding="utf-8")) or {}
+    config = OmegaConf.create(params, flags={"allow_objects": True})
+    OmegaConf.set_struct(config, True)
+    ConfigLoaderImpl._apply_overrides_to_config(to_hydra_overrides(overrides), config)
+    updated = OmegaConf.to_object(config)
+    params_file.write_text(yaml.safe_dump(updated, sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
 def experiment_name(requested: str | None) -> str:
     """A git-ref-safe DVC experiment name: the requested one, else from the Prefect run's name."""
     name = requested or f"prefect-{flow_run.get_name() or 'run'}-{(flow_run.get_id() or '')[:6]}"
@@ -262,11 +282,9 @@ def prepare_workspace(root: str, name: str, workspace_parent: str | None = None)
 @task(task_run_name="set-params")
 def set_params(workspace: str, overrides: list[str]) -> dict[str, Any]:
     """Apply ``-S`` overrides to the workspace's params.yaml exactly as ``dvc exp run -S`` does."""
-    from dvc.utils.hydra import apply_overrides
-
     params_file = Path(workspace) / "params.yaml"
     if overrides:
-        apply_overrides(params_file, overrides)
+        apply_param_overrides(params_file, overrides)
         get_run_logger().info("params overrides: %s", " ".join(overrides))
     return yaml.safe_load(params_file.read_text(encoding="utf-8"))
 
