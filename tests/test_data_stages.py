@@ -222,13 +222,13 @@ def test_parallel_stage_outputs_report_and_decontamination(tmp_path, tiny_raw):
     assert not any(r[0] in dev_sentences or r[1] in dev_sentences for r in train)
     assert planted not in {s for r in train + dev for s in r[:2]}
     own = report["sources"]["own"]["de"]
-    assert own["read"] == 3 and own["contaminated"] == 2 and own["train"] == own_limit
+    assert own["read"] == 3 and own["kept"] == 2 and own["dropped"]["contaminated"] == 1 and own["train"] == own_limit
     assert report["totals"]["malformed_rows"] == 1
     quote = report["malformed"]["train/own/pairs-de.tsv"]["quotes"][0]
     assert quote.startswith("train/own/pairs-de.tsv:3: 1 columns, expected at least 2")
     assert ted["read"] == 100 and ted["train"] <= 2 * ted["available"]
     markdown = (tmp_path / "reports/data_report.md").read_text()
-    assert "| ted2020 | en-de | 100 |" in markdown and "pairs-de.tsv:3" in markdown
+    assert "| ted2020 | en-de | 100 | 0 |" in markdown and "pairs-de.tsv:3" in markdown
     assert (tmp_path / "plots/data_report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "metrics/data_report.json").read_text())["totals"] == report["totals"]
 

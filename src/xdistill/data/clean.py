@@ -185,7 +185,9 @@ class Cleaner:
         counts.dropped[step] += 1
         examples = self.examples[step]
         if len(examples) < EXAMPLES_PER_STEP:
-            examples.append(f"[{corpus} en-{lang}] {source[:100]!r} -> {translation[:100]!r}")
+            example = f"[{corpus} en-{lang}] {source[:100]!r} -> {translation[:100]!r}"
+            if example not in examples:
+                examples.append(example)
 
     def run(self, corpus: str, triples: Iterable[Triple]) -> Iterator[Triple]:
         """Clean one corpus's stream; yields the surviving, normalised triples."""

@@ -18,9 +18,14 @@ def assemble(languages, config, cleaner, checkers, dev_counts, overlap, availabl
     """Collect the counts of one run into the report dict."""
     sources: dict[str, dict[str, dict[str, int]]] = {}
     for (corpus, lang), counts in sorted(cleaner.counts.items()):
-        row = counts.after_each_step()
+        row: dict[str, Any] = {
+            "read": counts.read,
+            "normalized_changed": counts.normalized,
+            "dropped": dict(counts.dropped),
+            "remaining": counts.after_each_step(),  # pairs left after each step, in chain order
+            "kept": counts.kept,
+        }
         row.update(
-            normalized_changed=counts.normalized,
             dev=dev_counts.get((corpus, lang), 0),
             dev_overlap=overlap.get((corpus, lang), 0),
             available=available.get((corpus, lang), 0),
@@ -28,13 +33,13 @@ def assemble(languages, config, cleaner, checkers, dev_counts, overlap, availabl
         )
         sources.setdefault(corpus, {})[lang] = row
     malformed = {path: c.summary() for path, c in sorted(checkers.by_file.items()) if c.bad}
-    totals = {key: sum(r[key] for per in sources.values() for r in per.values()) for key in ("read", "contaminated", "dev", "train")}
-    totals["kept_after_cleaning"] = totals.pop("contaminated")
+    totals = {key: sum(r[key] for per in sources.values() for r in per.values()) for key in ("read", "kept", "dev", "train")}
+    totals["kept_after_cleaning"] = totals.pop("kept")
     totals["malformed_rows"] = sum(m["bad"] for m in malformed.values())
     totals["files_read"] = len(checkers.by_file)
     return {
         "languages": list(languages),
-        "steps": ["read", *DROP_STEPS],
+        "steps": list(DROP_STEPS),
         "sources": sources,
         "totals": totals,
         "weights": {s.name: s.weight for s in config.sources},
@@ -48,22 +53,23 @@ def assemble(languages, config, cleaner, checkers, dev_counts, overlap, availabl
 def to_markdown(report: dict[str, Any]) -> str:
     """A table a person reads at a glance, then the dropped examples and malformed rows."""
     steps = report["steps"]
-    head = ["source", "pair", *steps, "dev", "dev overlap", "train"]
+    head = ["source", "pair", "read", *(f"-{s}" for s in steps), "kept", "dev", "-dev overlap", "train"]
     lines = [
         "# Parallel data report",
         "",
-        f"Languages: {', '.join(report['languages'])}. Pairs remaining after each cleaning step "
-        "(in chain order), then held out for dev, dropped for sharing a sentence with a dev pair, and "
-        "drawn into the training file (weights: "
+        f"Languages: {', '.join(report['languages'])}. Per source and language pair: pairs read, dropped by "
+        "each cleaning step (in chain order), kept, held out for dev, dropped for sharing a sentence with a "
+        "dev pair, and drawn into the training file (weights: "
         + ", ".join(f"{k} {v:g}" for k, v in report["weights"].items())
-        + f"). Decontaminated against {report['evaluation_sentences']} evaluation sentences.",
+        + f"; small sources repeated). Decontaminated against {report['evaluation_sentences']:,} evaluation sentences.",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
     ]
     for corpus, per_lang in report["sources"].items():
         for lang, row in per_lang.items():
-            cells = [corpus, f"en-{lang}", *(f"{row[s]:,}" for s in steps), f"{row['dev']:,}", f"{row['dev_overlap']:,}", f"{row['train']:,}"]
+            cells = [corpus, f"en-{lang}", f"{row['read']:,}", *(f"{row['dropped'][s]:,}" for s in steps),
+                     f"{row['kept']:,}", f"{row['dev']:,}", f"{row['dev_overlap']:,}", f"**{row['train']:,}**"]
             lines.append("| " + " | ".join(cells) + " |")
     totals = report["totals"]
     lines += [
@@ -99,7 +105,7 @@ def plot(report: dict[str, Any], path: str | Path) -> None:
     labels = [name for name, _ in rows] or ["(no data)"]
     y = np.arange(len(labels))
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 1.2 + 0.45 * len(labels)), sharey=True)
-    for offset, (key, label) in zip((-0.27, 0, 0.27), (("read", "read"), ("contaminated", "after cleaning"), ("train", "train"))):
+    for offset, (key, label) in zip((-0.27, 0, 0.27), (("read", "read"), ("kept", "after cleaning"), ("train", "train"))):
         left.barh(y + offset, [r[key] for _, r in rows] or [0], height=0.27, label=label)
     left.set_xscale("symlog")
     left.set_xlabel("pairs (log scale)")
@@ -108,8 +114,8 @@ def plot(report: dict[str, Any], path: str | Path) -> None:
     left.set_yticks(y, labels)
     left.invert_yaxis()
     start = np.zeros(len(labels))
-    for previous, step in zip(report["steps"][:-1], report["steps"][1:]):
-        dropped = np.array([r[previous] - r[step] for _, r in rows] or [0], dtype=float)
+    for step in report["steps"]:
+        dropped = np.array([r["dropped"][step] for _, r in rows] or [0], dtype=float)
         share = dropped / np.maximum([r["read"] for _, r in rows] or [1], 1)
         right.barh(y, share * 100, left=start, height=0.6, label=step)
         start += share * 100
