@@ -9,6 +9,7 @@ with the mirror's layout, from ``corpora.mirror`` or, when it is null, by downlo
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from xdistill.io import PARAMS_FILE, load_params
@@ -27,8 +28,9 @@ def run(args: argparse.Namespace) -> int:
     section = params.get("corpora") or {}
     mirror = args.mirror if args.mirror is not None else section.get("mirror")
     if mirror is not None and not Path(mirror).is_absolute():
-        # a relative mirror is relative to the params file's folder (the project root)
-        mirror = Path(args.params).resolve().parent / mirror
+        # relative to the params file's folder (the project root); kept relative so that data/raw's
+        # MANIFEST.json (a DVC output) is the same in every clone
+        mirror = os.path.normpath(Path(args.params).parent / mirror)
     manifest = stage_corpora(
         args.out,
         datasets=section.get("datasets") or {},
