@@ -279,3 +279,15 @@ def test_dvc_reruns_parallel_only_when_its_inputs_change(tmp_path, mirror_dir):
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     changed = run(["dvc", "repro", "parallel"], project)
     assert "Running stage 'parallel'" in changed.stdout and "Running stage 'corpora'" not in changed.stdout
+
+
+def test_missing_source_file_and_bad_source_config_fail_clearly(tmp_path, tiny_raw):
+    raw, _ = tiny_raw
+    missing = {"name": "multi30k", "format": "moses", "languages": ["de"], "files": "train/multi30k/train.{lang}.gz"}
+    with pytest.raises(InputFileError, match="lists language 'de' but its file is missing") as info:
+        run_parallel(raw, tmp_path, sources=[missing])
+    assert "train/multi30k/train.de.gz" in str(info.value)
+    with pytest.raises(XdistillError, match="unknown format 'csv'"):
+        run_parallel(raw, tmp_path, sources=[{**missing, "format": "csv"}])
+    with pytest.raises(XdistillError, match="unknown keys"):
+        run_parallel(raw, tmp_path, sources=[{**missing, "wieght": 2}])

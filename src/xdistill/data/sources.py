@@ -22,7 +22,6 @@ from xdistill.errors import InputFileError, XdistillError
 log = logging.getLogger(__name__)
 
 FORMATS = ("ted2020", "st_parallel", "opus_sample", "moses", "tatoeba", "wmt", "dictionary")
-PER_LANGUAGE_FORMATS = ("opus_sample", "moses", "tatoeba", "wmt", "dictionary")
 
 
 @dataclass
