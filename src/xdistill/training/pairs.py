@@ -34,11 +34,16 @@ class ParallelPairs:
     def __len__(self) -> int:
         return len(self.sources)
 
-    def head(self, n: int | None) -> ParallelPairs:
-        """The first ``n`` pairs (all when ``n`` is None)."""
+    def spread(self, n: int | None) -> ParallelPairs:
+        """``n`` pairs evenly spaced through the file (all when ``n`` is None).
+
+        Files are often grouped by language, so the first ``n`` would miss languages.
+        """
         if n is None or n >= len(self):
             return self
-        return ParallelPairs(self.sources[:n], self.translations[:n], self.langs[:n])
+        rows = np.linspace(0, len(self) - 1, num=n).round().astype(int)
+        return ParallelPairs([self.sources[i] for i in rows], [self.translations[i] for i in rows],
+                             [self.langs[i] for i in rows])
 
 
 def read_parallel_pairs(path: str | Path) -> ParallelPairs:

@@ -381,8 +381,8 @@ def _train(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: st
             f"{ctx.world_size} processes"
         )
     store = TeacherStore.open(teacher_dir, teacher_spec=teacher_spec)
-    train_pairs = read_parallel_pairs(train_file).head(params.train_max_pairs)
-    dev_pairs = read_parallel_pairs(dev_file).head(params.dev_max_pairs)
+    train_pairs = read_parallel_pairs(train_file).spread(params.train_max_pairs)
+    dev_pairs = read_parallel_pairs(dev_file).spread(params.dev_max_pairs)
     if len(train_pairs) < params.micro_batch:
         raise XdistillError(f"{train_file}: {len(train_pairs)} pairs, fewer than one batch of {params.micro_batch}")
 
