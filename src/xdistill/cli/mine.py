@@ -88,7 +88,8 @@ def write_pairs(pairs, src_lines, tgt_lines, output: Path, *, progress: bool = T
             chunk = slice(start, start + WRITE_CHUNK)
             sources = src_lines.lines(pairs.src[chunk])
             targets = tgt_lines.lines(pairs.tgt[chunk])
-            handle.writelines(f"{score:.6f}\t{s}\t{t}\n"
+            # a tab inside a sentence would shift the TSV columns: write it as a space
+            handle.writelines(f"{score:.6f}\t{s.replace(chr(9), ' ')}\t{t.replace(chr(9), ' ')}\n"
                               for score, s, t in zip(pairs.scores[chunk].tolist(), sources, targets))
             bar.update(len(sources))
     return len(pairs)
