@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import gzip
 import hashlib
 import http.server
 import json
