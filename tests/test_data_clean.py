@@ -72,9 +72,10 @@ def test_language_identification_drops_wrong_language():
         ("de", "The weather is very nice today.", "Das Wetter ist heute sehr schön."),
         ("de", "The weather is very nice today, really.", "El tiempo es muy agradable hoy."),  # Spanish, not German
         ("de", "Ok.", "Si."),  # too short to judge
+        ("ar", "Sami gave Layla a hug right now.", "عانق سامي ليلى."),  # names: not confidently other
     ]
-    cleaner, kept = run_chain(pairs, languages=("de", "es"), language_id=True, max_length_ratio=None)
-    assert [p[2] for p in kept] == ["Das Wetter ist heute sehr schön.", "Si."]
+    cleaner, kept = run_chain(pairs, languages=("ar", "de", "es", "tr"), language_id=True, max_length_ratio=None)
+    assert [p[2] for p in kept] == ["Das Wetter ist heute sehr schön.", "Si.", "عانق سامي ليلى."]
     assert cleaner.counts[("toy", "de")].dropped["language_id"] == 1
 
 

@@ -9,8 +9,9 @@
                     longer side is under ``ratio_min_chars`` are exempt: word pairs, short replies)
 6. ``duplicate``    exact (source, translation) pair seen before, in any source (Bloom filter of fixed
                     size, so memory stays flat however long the input; see :class:`SeenPairs`)
-7. ``language_id``  optional: the translation is not identified as its language, or the source as
-                    English, by py3langid (its model ships in the package); sides shorter than
+7. ``language_id``  optional: the translation is confidently (``lid_min_confidence``) identified as
+                    another language than its own, or the source as another language than English,
+                    by py3langid (its model ships in the package); sides shorter than
                     ``lid_min_chars`` are not judged
 8. ``contaminated`` the source or the translation occurs in an evaluation set (decontamination)
 
@@ -49,6 +50,7 @@ class CleaningConfig:
     dedup_bits_log2: int = 28
     language_id: bool = False
     lid_min_chars: int = 20
+    lid_min_confidence: float = 0.9
 
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> CleaningConfig:
@@ -129,15 +131,25 @@ def default_student_tokenizer() -> str:
     return str(Path(semantra_multilingual.__file__).parent / "assets" / "multilingual-e5-small" / "tokenizer.json")
 
 
-def load_language_identifier(languages: Iterable[str]) -> Callable[[str], str]:
-    """py3langid restricted to English + the target languages; returns text -> ISO 639-1 code."""
+def load_language_identifier(languages: Iterable[str], min_confidence: float = 0.9) -> Callable[[str, str], bool]:
+    """A test ``(text, expected_lang) -> True if the text is confidently another language``.
+
+    py3langid (its model ships in the package) restricted to English + the target languages, with
+    normalised probabilities: only a different language at ``min_confidence`` or more counts, so names
+    and short phrases that fit several languages are not dropped.
+    """
     try:
         from py3langid.langid import MODEL_FILE, LanguageIdentifier
     except ImportError as exc:
         raise XdistillError("parallel.cleaning.language_id needs the py3langid package (pip install py3langid)") from exc
-    identifier = LanguageIdentifier.from_model_file(MODEL_FILE)
+    identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
     identifier.set_languages(sorted({"en", *languages}))
-    return lambda text: identifier.classify(text)[0]
+
+    def is_other_language(text: str, expected: str) -> bool:
+        detected, probability = identifier.classify(text)
+        return detected != expected and probability >= min_confidence
+
+    return is_other_language
 
 
 @dataclass
@@ -179,7 +191,9 @@ class Cleaner:
         self.token_counter = token_counter
         if config.max_tokens and token_counter is None:
             self.token_counter = load_token_counter(config.tokenizer or default_student_tokenizer())
-        self.identify = load_language_identifier(languages) if config.language_id else None
+        self.wrong_language = (
+            load_language_identifier(languages, config.lid_min_confidence) if config.language_id else None
+        )
 
     def _drop(self, counts: StepCounts, step: str, corpus: str, lang: str, source: str, translation: str) -> None:
         counts.dropped[step] += 1
@@ -195,7 +209,7 @@ class Cleaner:
         max_chars = cfg.max_chars or 0
         max_tokens, count_tokens = cfg.max_tokens or 0, self.token_counter
         max_ratio, ratio_min = cfg.max_length_ratio or 0.0, cfg.ratio_min_chars
-        identify, lid_min = self.identify, cfg.lid_min_chars
+        wrong_language, lid_min = self.wrong_language, cfg.lid_min_chars
         by_lang: dict[str, StepCounts] = {}
         drop = self._drop
         for lang, raw_source, raw_translation in triples:
@@ -232,8 +246,8 @@ class Cleaner:
             if seen.add(source, translation):
                 drop(counts, "duplicate", corpus, lang, source, translation)
                 continue
-            if identify is not None and (
-                (len_t >= lid_min and identify(translation) != lang) or (len_s >= lid_min and identify(source) != "en")
+            if wrong_language is not None and (
+                (len_t >= lid_min and wrong_language(translation, lang)) or (len_s >= lid_min and wrong_language(source, "en"))
             ):
                 drop(counts, "language_id", corpus, lang, source, translation)
                 continue
