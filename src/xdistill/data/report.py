@@ -104,13 +104,14 @@ def plot(report: dict[str, Any], path: str | Path) -> None:
     rows = [(f"{c} en-{l}", r) for c, per in report["sources"].items() for l, r in per.items()]
     labels = [name for name, _ in rows] or ["(no data)"]
     y = np.arange(len(labels))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 1.2 + 0.45 * len(labels)), sharey=True)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 2.2 + 0.45 * len(labels)), sharey=True)
     for offset, (key, label) in zip((-0.27, 0, 0.27), (("read", "read"), ("kept", "after cleaning"), ("train", "train"))):
         left.barh(y + offset, [r[key] for _, r in rows] or [0], height=0.27, label=label)
-    left.set_xscale("symlog")
+    left.set_xscale("log")
+    left.set_xlim(left=1)
     left.set_xlabel("pairs (log scale)")
     left.set_title("pairs per source x language")
-    left.legend(loc="lower right", fontsize=8)
+    left.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08 - 0.3 / len(labels)), ncol=3, fontsize=8)
     left.set_yticks(y, labels)
     left.invert_yaxis()
     start = np.zeros(len(labels))
@@ -121,7 +122,7 @@ def plot(report: dict[str, Any], path: str | Path) -> None:
         start += share * 100
     right.set_xlabel("% of pairs read dropped, by step")
     right.set_title("cleaning")
-    right.legend(loc="lower right", fontsize=7)
+    right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08 - 0.3 / len(labels)), ncol=4, fontsize=7)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=110)
