@@ -75,12 +75,15 @@ def test_ted2020_multilingual_file_with_empty_cells_and_bad_rows(tmp_path):
     assert summary["quotes"][0].startswith(f"{path}:5: 2 columns")
 
 
-def test_extract_ted2020_fixed_dev_units(mirror_dir):
-    splits = formats.extract_ted2020(mirror_dir / TED / "TED2020-v1.en-de.sample.tsv", ["de"], 10, checkers())
-    train, dev = splits["de"]
+def test_extract_ted2020_fixed_dev_units(mirror_dir, tmp_path):
+    counts = formats.extract_ted2020(mirror_dir / TED / "TED2020-v1.en-de.sample.tsv", ["de", "fr"], 10, tmp_path, checkers())
+    assert counts == {"de": (90, 10), "fr": (0, 0)}
+    dev = gzip.decompress((tmp_path / "TED2020-en-de-dev.tsv.gz").read_bytes()).decode().splitlines()
+    train = gzip.decompress((tmp_path / "TED2020-en-de-train.tsv.gz").read_bytes()).decode().splitlines()
     assert len(dev) == 10 and len(train) == 90
-    assert dev[0] == ("Thank you so much , Chris .", "Vielen Dank , Chris .")
+    assert dev[0] == "Thank you so much , Chris .\tVielen Dank , Chris ."
     assert not set(dev) & set(train)
+    assert not list(tmp_path.glob(".*"))  # no temporary files left
 
 
 # ----------------------------------------------------------------- other formats on real files

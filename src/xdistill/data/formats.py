@@ -23,6 +23,7 @@ Formats (the ``format`` key of a ``parallel.sources`` entry):
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import zlib
 from itertools import zip_longest
@@ -34,6 +35,7 @@ from typing import Any
 
 from xdistill.data.languages import known_codes
 from xdistill.errors import InputFileError, XdistillError
+from xdistill.io import atomic_path
 
 Triple = tuple[str, str, str]  # (lang, english, translation)
 
@@ -252,19 +254,29 @@ def _read_header(path: Path, checker: RowChecker) -> list[str]:
 
 
 def extract_ted2020(
-    path: Path, languages: Iterable[str], dev_units: int, checkers: Checkers
-) -> dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]]:
-    """Split a TED2020 TSV into per-language (train, dev) pair lists; the first ``dev_units`` units
-    that have a translation into a language are that language's dev set (a fixed, reproducible split).
+    path: Path, languages: Iterable[str], dev_units: int, out_dir: Path, checkers: Checkers
+) -> dict[str, tuple[int, int]]:
+    """Extract every (en, xx) pair of a TED2020 TSV into ``TED2020-en-{xx}-{train,dev}.tsv.gz`` files.
 
-    This keeps every pair in memory: meant for extraction of one language pair at a time or for tests;
-    the ``parallel`` stage streams instead.
+    The first ``dev_units`` units that have a translation into ``xx`` are its dev set (a fixed,
+    reproducible split, as in the sentence-transformers extraction script); the rest is train.
+    Streams (two open gzip writers per language); files are ``english<TAB>translation`` per line and
+    are written atomically. Returns ``{lang: (train_pairs, dev_pairs)}``.
     """
-    splits: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {}
-    for lang, english, translation in read_ted2020(path, languages, checkers):
-        train, dev = splits.setdefault(lang, ([], []))
-        (dev if len(dev) < dev_units else train).append((english, translation))
-    return splits
+    wanted = list(languages)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts = {lang: [0, 0] for lang in wanted}
+    with contextlib.ExitStack() as stack:
+        writers = {}
+        for lang in wanted:
+            for split in ("train", "dev"):
+                tmp = stack.enter_context(atomic_path(out_dir / f"TED2020-en-{lang}-{split}.tsv.gz"))
+                writers[lang, split] = stack.enter_context(gzip.open(tmp, "wt", encoding="utf-8"))
+        for lang, english, translation in read_ted2020(path, wanted, checkers):
+            split = "dev" if counts[lang][1] < dev_units else "train"
+            writers[lang, split].write(f"{english}\t{translation}\n")
+            counts[lang][0 if split == "train" else 1] += 1
+    return {lang: (n_train, n_dev) for lang, (n_train, n_dev) in counts.items()}
 
 
 def read_st_parallel(
