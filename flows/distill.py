@@ -402,7 +402,9 @@ def distill(
         params = set_params(workspace, overrides_list)
         baseline = run_checked(["git", "rev-parse", "HEAD"], Path(workspace))
         # what `dvc exp run` exports to its stages, plus the store the register stage writes to
-        env = {"DVC_EXP_NAME": name, "DVC_EXP_BASELINE_REV": baseline, REGISTRY_ROOT_ENV: str(root)}
+        env = {"DVC_EXP_NAME": name, "DVC_EXP_BASELINE_REV": baseline, REGISTRY_ROOT_ENV: str(root),
+               # the stages run the experiment's own code, not whatever the installed checkout holds
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(workspace) / "src"), os.environ.get("PYTHONPATH")]))}
         for stage in pipeline_stages(Path(workspace)):
             if gpu_deployment and stage in GPU_STAGES:
                 _run_stage_remotely(gpu_deployment, workspace, stage, env)
