@@ -1,0 +1,163 @@
+"""Training throughput (pairs/s): our distillation loop vs sentence-transformers' own trainer.
+
+Both sides train the same student (default: mE5-small with a frozen word-embedding table; with
+``--tiny``: a 1-layer MiniLM) with the Reimers & Gurevych MSE objective towards the same
+precomputed teacher vectors (read from one TeacherStore), on the same pairs, batch size, step
+count, learning-rate schedule, prompt and torch thread count, in one process:
+
+- ours: :func:`xdistill.training.trainer.train_student` (pre-tokenised, length-bucketed batches,
+  source and translation in one forward pass); throughput = pairs / time inside the steps;
+- reference: ``SentenceTransformerTrainer`` + ``losses.MSELoss`` on a ``datasets.Dataset`` with
+  ``english, non_english, label`` columns; throughput = pairs / ``train_runtime``.
+
+The teacher embedding is done once, before timing (neither side pays for it).
+Usage: ``python bench/bench_train.py [--tiny] [--pairs N] [--steps N] [--batch-size N] [--threads N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import Row, peak_rss_mb, save_rows  # noqa: E402
+
+import xdistill  # noqa: E402,F401  (offline environment)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TEACHER = "pypi:all-minilm-l6-v2"
+LANGS = ("ar", "de", "es", "tr")
+
+
+def write_pairs(folder: Path, mirror: Path, n_pairs: int, n_dev: int) -> tuple[Path, Path]:
+    """Real Tatoeba pairs from the mirror, mixed over four languages (short and long sentences)."""
+    rows: list[tuple[str, str, str]] = []
+    per_lang = (n_pairs + n_dev) // len(LANGS) + 1
+    for lang in LANGS:
+        path = mirror / f"train/tatoeba-challenge/tatoeba-challenge.minus-laser-test.en-{lang}.tsv.gz"
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            next(handle)
+            lines = [line.rstrip("\n").split("\t")[:2] for line in handle]
+        picked = np.random.default_rng(0).choice(len(lines), size=per_lang, replace=False)
+        rows.extend((lines[i][0], lines[i][1], lang) for i in picked)
+    order = np.random.default_rng(1).permutation(len(rows))
+    rows = [rows[i] for i in order]
+    paths = []
+    for name, part in (("train", rows[:n_pairs]), ("dev", rows[n_pairs : n_pairs + n_dev])):
+        path = folder / f"{name}.tsv.gz"
+        with gzip.open(path, "wt", encoding="utf-8") as handle:
+            handle.write("source\ttranslation\tlang\tcorpus\n")
+            handle.writelines(f"{en}\t{xx}\t{lang}\tbench\n" for en, xx, lang in part)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def run_ours(train: Path, dev: Path, store: Path, student_spec: str, student_opts: dict, args, work: Path) -> dict:
+    from xdistill.training.trainer import OutputPaths, train_student
+
+    params = {
+        "seed": 1, "steps": args.steps, "batch_size": args.batch_size, "learning_rate": 5e-5,
+        "warmup_ratio": 0.1, "max_seq_length": args.max_seq_length, "eval_every": 10**6,
+        "checkpoint_every": 10**6, "log_every": max(1, args.steps // 4), "early_stopping_patience": None,
+        "dev_max_pairs": 16, "threads": args.threads, "student": student_opts, "loss": {"mse": 1.0},
+    }
+    start = time.perf_counter()
+    result = train_student(train, dev, store, student_spec, params,
+                           OutputPaths(work / "ours", work / "ours-ckpt", None, None, None),
+                           teacher_spec=TEACHER, device="cpu")
+    wall = time.perf_counter() - start
+    return {"pairs_per_second": result.pairs_per_second, "wall_seconds": wall,
+            "train_loss_last": next(r["loss"] for r in reversed(result.history) if r["kind"] == "train")}
+
+
+def run_reference(train: Path, store: Path, student_spec: str, student_opts: dict, args, work: Path) -> dict:
+    import torch
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.sentence_transformer.losses import MSELoss
+
+    from xdistill.models import default_prompt
+    from xdistill.training.pairs import read_parallel_pairs
+    from xdistill.training.student import StudentConfig, build_student
+    from xdistill.training.teacher_store import TeacherStore
+
+    pairs = read_parallel_pairs(train)
+    teacher = TeacherStore.open(store, teacher_spec=TEACHER).lookup(pairs.sources)
+    dataset = Dataset.from_dict({"english": pairs.sources, "non_english": pairs.translations,
+                                 "label": teacher.tolist()})
+    torch.manual_seed(1)
+    model = build_student(StudentConfig(student_spec, max_seq_length=args.max_seq_length, **student_opts))
+    prompt = default_prompt(model)
+    training_args = SentenceTransformerTrainingArguments(
+        output_dir=str(work / "reference"), per_device_train_batch_size=args.batch_size, max_steps=args.steps,
+        learning_rate=5e-5, warmup_steps=0.1, weight_decay=0.01, max_grad_norm=1.0,
+        logging_steps=max(1, args.steps // 4), save_strategy="no", report_to="none", seed=1,
+        dataloader_num_workers=0, use_cpu=True, prompts=prompt or None, disable_tqdm=True,
+    )
+    trainer = SentenceTransformerTrainer(model=model, args=training_args, train_dataset=dataset,
+                                         loss=MSELoss(model))
+    start = time.perf_counter()
+    output = trainer.train()
+    wall = time.perf_counter() - start
+    runtime = float(output.metrics["train_runtime"])
+    return {"pairs_per_second": args.steps * args.batch_size / runtime, "wall_seconds": wall,
+            "train_loss": float(output.metrics.get("train_loss", float("nan")))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true", help="1-layer MiniLM student, few pairs (seconds)")
+    parser.add_argument("--pairs", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-seq-length", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--student", default=None, help="student spec (default: params models.student)")
+    parser.add_argument("--mirror", default=str(REPO_ROOT.parent / "shared" / "corpora"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    import torch
+
+    from xdistill.models import resolve_model_dir
+    from xdistill.training.teacher_store import build_teacher_store
+
+    torch.set_num_threads(args.threads)
+    if args.tiny:
+        student_spec, student_opts = str(resolve_model_dir(TEACHER)), {"keep_layers": 1}
+        args.pairs, args.steps, args.batch_size = args.pairs or 64, args.steps or 6, min(args.batch_size, 8)
+    else:
+        student_spec = args.student or "pypi:multilingual-e5-small"
+        student_opts = {"freeze_word_embeddings": True}
+        args.pairs, args.steps = args.pairs or 1024, args.steps or 24
+
+    with tempfile.TemporaryDirectory(prefix="bench_train-") as tmp:
+        work = Path(tmp)
+        train, dev = write_pairs(work, Path(args.mirror), args.pairs, 16)
+        build_teacher_store([train, dev], work / "teacher", {"teacher": TEACHER, "batch_size": 64})
+        ours = run_ours(train, dev, work / "teacher", student_spec, student_opts, args, work)
+        reference = run_reference(train, work / "teacher", student_spec, student_opts, args, work)
+
+    ratio = ours["pairs_per_second"] / reference["pairs_per_second"]
+    size = f"{args.steps} steps x {args.batch_size} pairs, max_seq_length {args.max_seq_length}, {args.threads} threads"
+    row = Row(
+        benchmark=f"train throughput ({'tiny 1-layer MiniLM' if args.tiny else student_spec}, {size})",
+        ours=f"{ours['pairs_per_second']:.1f} pairs/s",
+        reference=f"{reference['pairs_per_second']:.1f} pairs/s (SentenceTransformerTrainer + MSELoss)",
+        ratio=f"{ratio:.2f}x",
+        target=">= 1.2x",
+        passed=ratio >= 1.2,
+        details={"ours": ours, "reference": reference, "pairs": args.pairs, "peak_rss_mb": round(peak_rss_mb())},
+    )
+    save_rows("bench_train_tiny" if args.tiny else "bench_train", [row])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
