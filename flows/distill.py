@@ -170,6 +170,12 @@ def experiment_name(requested: str | None) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "prefect-run"
 
 
+def existing_experiments(root: Path) -> set[str]:
+    """Names of the DVC experiments stored in the project (refs/exps/<baseline>/<name>)."""
+    refs = run_checked(["git", "for-each-ref", "--format=%(refname)", "refs/exps"], root)
+    return {ref.rsplit("/", 1)[-1] for ref in refs.splitlines() if ref.count("/") >= 4}
+
+
 def pipeline_stages(workspace: Path) -> list[str]:
     """The workspace's DVC stages in dependency order (DVC's own graph)."""
     out = run_checked([sys.executable, "-c", _STAGE_ORDER_SCRIPT], workspace)
@@ -303,7 +309,11 @@ def run_stage(workspace: str, stage: str, env: dict[str, str]) -> None:
 def save_experiment(workspace: str, root: str, name: str) -> str:
     """``dvc exp save`` in the workspace, then push the experiment ref into the project."""
     ws = Path(workspace)
-    run_checked(dvc_cmd("exp", "save", "--force", "--name", name), ws)
+    # like `dvc exp run`, the experiment commit holds every output git does not ignore
+    # (metrics, plots and reports declared with cache: false), so `dvc exp show` lists its metrics
+    untracked = run_checked(["git", "ls-files", "--others", "--exclude-standard", "--directory"], ws).splitlines()
+    include = [arg for path in untracked if path.strip() for arg in ("--include-untracked", path.strip())]
+    run_checked(dvc_cmd("exp", "save", "--force", "--name", name, *include), ws)
     run_checked(dvc_cmd("exp", "push", "--force", "--no-cache", root, name), ws)
     rev = run_checked(["git", "rev-parse", f"refs/exps/{_exp_ref_path(ws, name)}"], Path(root))
     get_run_logger().info("DVC experiment '%s' (%s) saved in %s; reproduce with `dvc exp apply %s`",
@@ -396,6 +406,8 @@ def distill(
     log = get_run_logger()
     root = project_root(project)
     name = experiment_name(experiment)
+    if name in existing_experiments(root):
+        raise ValueError(f"DVC experiment '{name}' already exists in {root}: choose another name")
     overrides_list = param_overrides(languages, teacher, student, train_steps, mirror, overrides)
     workspace = prepare_workspace(str(root), name, workspace_parent)
     try:

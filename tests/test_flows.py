@@ -11,6 +11,7 @@ Everything started is stopped at the end, the worker before the server.
 from __future__ import annotations
 
 import io
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -181,6 +182,7 @@ def test_ui_triggered_run_becomes_dvc_experiment_and_mlflow_run(stack: tuple[Loc
     assert exp_params["languages"] == ["de"] and exp_params["train"]["steps"] == 4
     assert exp_params["models"]["student"] == "pypi:all-minilm-l6-v2"
     assert "register:" in run(["git", "show", f"{refs['ui-e2e']}:dvc.lock"], project).stdout
+    exp_summary = json.loads(run(["git", "show", f"{refs['ui-e2e']}:metrics/eval/summary.json"], project).stdout)
     listed = run([sys.executable, "-m", "dvc", "exp", "list", "--name-only"], project).stdout.split()
     assert "ui-e2e" in listed
 
@@ -190,7 +192,7 @@ def test_ui_triggered_run_becomes_dvc_experiment_and_mlflow_run(stack: tuple[Loc
     runs = client.search_runs([experiment.experiment_id], "tags.dvc_experiment = 'ui-e2e'")
     assert len(runs) == 1
     mlflow_run = runs[0]
-    assert "eval.summary.primary_score" in mlflow_run.data.metrics
+    assert mlflow_run.data.metrics["eval.summary.primary_score"] == pytest.approx(exp_summary["primary_score"])
     assert mlflow_run.data.params["languages"] == '["de"]'
     assert mlflow_run.data.tags["prefect_flow_run_id"] == flow_run_id
     assert mlflow_run.data.tags["dvc_experiment_rev"] == refs["ui-e2e"]

@@ -122,7 +122,9 @@ def test_promotion_gate_and_rollback(tracking_uri: str) -> None:
     assert "promotion.rolled_back_at" in _tags(tracking_uri, v2)
     with pytest.raises(XdistillError, match="first champion"):
         rollback(MODEL_NAME, tracking_uri=tracking_uri, config=GATE)
-    assert promotion_lock_path(tracking_uri).name == "mlflow.db.promote.lock"
+    assert promotion_lock_path(tracking_uri).relative_to(Path(tracking_uri[len("sqlite:///"):]).parent) == Path(
+        "mlartifacts/.mlflow.db.promote.lock"
+    )
 
 
 def _promote_process(params: Path, uri: str, version: str, hold_s: float) -> subprocess.Popen[str]:
@@ -227,3 +229,42 @@ def test_register_failures_leave_registry_as_it_was(tmp_path: Path, monkeypatch:
     assert client.search_model_versions(f"name = '{MODEL_NAME}'") == []
     experiment = client.get_experiment_by_name("xdistill")
     assert client.search_runs([experiment.experiment_id]) == []  # the failed run is deleted
+
+
+@pytest.mark.slow
+def test_promotion_through_a_tracking_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any tracking URI works: the same gate against `mlflow server` (its own sqlite store)."""
+    import os
+    import signal
+    import urllib.request
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "flows"))
+    from local_stack import free_port
+
+    port = free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
+         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=5):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline and server.poll() is None, "mlflow server did not start"
+                time.sleep(1)
+        monkeypatch.setenv("XDISTILL_REGISTRY_ROOT", str(tmp_path))  # where the lock of a remote store goes
+        v1 = cheap_version(uri, 0.50, {"de": 0.50})
+        v2 = cheap_version(uri, 0.40, {"de": 0.40})
+        assert promote(MODEL_NAME, v1, tracking_uri=uri, config=GATE).decision == "promoted"
+        assert promote(MODEL_NAME, v2, tracking_uri=uri, config=GATE).decision == "refused"
+        assert _alias(uri) == v1 and _tags(uri, v2)[DECISION_TAG] == "refused"
+        assert promotion_lock_path(uri) == tmp_path / ".xdistill-promote.lock"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)

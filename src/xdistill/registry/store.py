@@ -93,7 +93,9 @@ def client_for(tracking_uri: str) -> MlflowClient:
 def promotion_lock_path(tracking_uri: str, lock_file: str | None = None) -> Path:
     """The lock file that serialises promotions and rollbacks on one store.
 
-    Local stores: next to the database (``mlflow.db.promote.lock``). Remote servers: ``lock_file``
+    Local stores: in the store's artifact folder next to the database
+    (``mlartifacts/.mlflow.db.promote.lock``: already git-ignored with the artifacts, and every
+    process using the store derives the same path). Remote servers: ``lock_file``
     (relative to the registry root; default ``.xdistill-promote.lock``). Promoters on several
     hosts sharing one server must point ``promote.lock_file`` at a shared file system.
     """
@@ -102,7 +104,8 @@ def promotion_lock_path(tracking_uri: str, lock_file: str | None = None) -> Path
         return path if path.is_absolute() else registry_root() / path
     store = local_store_path(tracking_uri)
     if store is not None:
-        return store.with_name(store.name + ".promote.lock")
+        folder = store.parent if tracking_uri.startswith("sqlite:") else store
+        return folder / LOCAL_ARTIFACTS_DIR / f".{store.name}.promote.lock"
     return registry_root() / ".xdistill-promote.lock"
 
 
