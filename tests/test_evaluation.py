@@ -228,3 +228,29 @@ def test_settings_reject_unknown_keys():
         EvaluationSettings.from_params({"tatoeba_max": 5}, ["de"])
     with pytest.raises(XdistillError, match="benchmarks"):
         EvaluationSettings.from_params({"benchmarks": ["sts18"]}, ["de"])
+
+
+def test_tatoeba_language_selection(mirror_dir: Path):
+    from xdistill.evaluation.suite import tatoeba_codes
+
+    folder = mirror_dir / "eval" / "tatoeba-laser"
+    configured, evaluated = tatoeba_codes(EvaluationSettings.from_params({}, ["en", "de", "zh"]), folder)
+    assert configured == evaluated == ["deu", "cmn"]
+    configured, evaluated = tatoeba_codes(EvaluationSettings.from_params({"tatoeba_all": True}, ["de"]), folder)
+    assert configured == ["deu"] and len(evaluated) == 112
+
+
+def test_prepared_inputs_build_the_flores_mining_benchmark(tmp_path: Path, mirror_dir: Path):
+    from xdistill.evaluation.pipeline import prepared_inputs
+
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "eval").symlink_to(mirror_dir / "eval", target_is_directory=True)
+    settings = EvaluationSettings.from_params({"benchmarks": ["mining"]}, ["de"])
+    with prepared_inputs(tmp_path / "raw", settings, None) as inputs:
+        built = inputs.flores_mining_dir
+        assert (built / "de-en.train.de").is_file() and (built / "de-en.test.gold").is_file()
+        assert inputs.dev_path is None and inputs.bucc_dir is None
+    assert not built.exists()  # a temporary folder, gone after the run
+    with pytest.raises(XdistillError, match="evaluation data folder not found"):
+        with prepared_inputs(tmp_path / "nowhere", settings, None):
+            pass

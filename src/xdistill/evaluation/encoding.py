@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-logger = logging.getLogger(__name__)
 
 
 class CachedEncoder:
