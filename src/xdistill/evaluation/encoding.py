@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+# a progress bar for batches at least this large (long encodings must show progress)
+PROGRESS_BAR_MIN_SENTENCES = 1000
 
 
 class CachedEncoder:
@@ -35,7 +37,8 @@ class CachedEncoder:
         if missing:
             vectors = np.asarray(
                 self.encoder.encode(missing, batch_size=batch_size or self.batch_size,
-                                    show_progress_bar=self.show_progress_bar or show_progress_bar),
+                                    show_progress_bar=self.show_progress_bar or show_progress_bar
+                                    or len(missing) >= PROGRESS_BAR_MIN_SENTENCES),
                 dtype=np.float32,
             )
             self._memo.update(zip(missing, vectors))
