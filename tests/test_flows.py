@@ -95,6 +95,31 @@ def test_stage_output_is_split_into_lines_and_errors_are_found() -> None:
     assert distill_flows.stage_error([f"line {i}" for i in range(30)]).startswith("line 15 |")
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_sweep_runs_each_parameter_set_as_its_own_experiment(tmp_path: Path) -> None:
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows_helpers import make_mini_project
+
+    project = make_mini_project(tmp_path / "mini")
+    members = [{"train_steps": 300, "experiment": "sweep-a"}, {"train_steps": 200, "experiment": "sweep-b"}]
+    with prefect_test_harness(server_startup_timeout=180):
+        results = distill_flows.sweep(param_sets=members, project=str(project))
+
+    assert [r["experiment"] for r in results] == ["sweep-a", "sweep-b"]
+    assert [r["promotion"]["decision"] for r in results] == ["promoted", "refused"]  # 0.3 first, then 0.2
+    refs = _exp_refs(project)
+    for member in members:
+        params = yaml.safe_load(run(["git", "show", f"{refs[member['experiment']]}:params.yaml"], project).stdout)
+        assert params["train"]["steps"] == member["train_steps"]
+    client = client_for(resolve_tracking_uri("sqlite:///mlflow.db", project))
+    champion = client.get_model_version_by_alias("xdistill-student", "champion")
+    assert champion.tags["dvc_experiment"] == "sweep-a"
+    assert run(["git", "status", "--porcelain"], project).stdout == ""
+    assert yaml.safe_load((project / "params.yaml").read_text())["train"]["steps"] == 100
+
+
 # --- the UI path on a real server ----------------------------------------------------------------
 
 
@@ -236,3 +261,4 @@ def _registry_snapshot(store: str) -> tuple[int, list[str]]:
     experiment_ids = [e.experiment_id for e in client.search_experiments()]
     versions = sorted(str(v.version) for v in client.search_model_versions("name = 'xdistill-student'"))
     return len(client.search_runs(experiment_ids)), versions
+
