@@ -410,19 +410,19 @@ def distill(
         raise ValueError(f"DVC experiment '{name}' already exists in {root}: choose another name")
     overrides_list = param_overrides(languages, teacher, student, train_steps, mirror, overrides)
     workspace = prepare_workspace(str(root), name, workspace_parent)
+    saved = False
+    committed_registration = _registration(Path(workspace))  # from the project's last commit, if any
     try:
         params = set_params(workspace, overrides_list)
-        baseline = run_checked(["git", "rev-parse", "HEAD"], Path(workspace))
-        # what `dvc exp run` exports to its stages, plus the store the register stage writes to
-        env = {"DVC_EXP_NAME": name, "DVC_EXP_BASELINE_REV": baseline, REGISTRY_ROOT_ENV: str(root),
-               # the stages run the experiment's own code, not whatever the installed checkout holds
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(workspace) / "src"), os.environ.get("PYTHONPATH")]))}
-        for stage in pipeline_stages(Path(workspace)):
-            if gpu_deployment and stage in GPU_STAGES:
-                _run_stage_remotely(gpu_deployment, workspace, stage, env)
+        env = stage_env(root, Path(workspace), name)
+        for stage_name in pipeline_stages(Path(workspace)):
+            if gpu_deployment and stage_name in GPU_STAGES:
+                _run_stage_remotely(gpu_deployment, workspace, stage_name, env)
             else:
-                run_stage.with_options(retries=IO_STAGES.get(stage, 0), retry_delay_seconds=5)(workspace, stage, env)
+                retries = IO_STAGES.get(stage_name, 0)
+                run_stage.with_options(retries=retries, retry_delay_seconds=5)(workspace, stage_name, env)
         rev = save_experiment(workspace, str(root), name)
+        saved = True
         registration = record_mlflow_run(workspace, name, rev)
         result: dict[str, Any] = {"experiment": name, "experiment_rev": rev, "mlflow_run_id": registration["run_id"],
                                   "model_version": registration["model_version"], "mlflow_url": mlflow_run_url(registration)}
@@ -431,9 +431,41 @@ def distill(
                                                registration["tracking_uri"], params.get("promote") or {})
         log.info("distill run done: %s", json.dumps(result))
         return result
+    except BaseException:
+        if not saved:
+            _unregister_unsaved(Path(workspace), committed_registration)
+        raise
     finally:
         if not keep_workspace:
             shutil.rmtree(workspace, ignore_errors=True)
+
+
+def stage_env(root: Path, workspace: Path, name: str) -> dict[str, str]:
+    """What the stages get: ``dvc exp run``'s variables, the project's store, the experiment's code."""
+    return {
+        "DVC_EXP_NAME": name,
+        "DVC_EXP_BASELINE_REV": run_checked(["git", "rev-parse", "HEAD"], workspace),
+        REGISTRY_ROOT_ENV: str(root),
+        # the stages run the experiment's own code, not whatever the installed checkout holds
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(workspace / "src"), os.environ.get("PYTHONPATH")])),
+    }
+
+
+def _registration(workspace: Path) -> dict[str, Any] | None:
+    register_file = workspace / "metrics" / "register.json"
+    return json.loads(register_file.read_text(encoding="utf-8")) if register_file.is_file() else None
+
+
+def _unregister_unsaved(workspace: Path, committed: dict[str, Any] | None) -> None:
+    """The register stage ran in this run but the experiment was never saved: take the version back out."""
+    registration = _registration(workspace)
+    if registration is None or registration == committed:
+        return  # nothing registered by this run (a committed register.json is another run's)
+    from xdistill.registry.register import unregister
+
+    unregister(registration)
+    get_run_logger().warning("run failed after registration: removed %s version %s",
+                             registration["model_name"], registration["model_version"])
 
 
 def _run_stage_remotely(deployment: str, workspace: str, stage: str, env: dict[str, str]) -> None:

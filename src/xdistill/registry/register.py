@@ -269,6 +269,16 @@ def _pip_requirements() -> list[str]:
     return [f"{name}=={version(name)}" for name in ("sentence-transformers", "transformers", "torch")]
 
 
+def unregister(registration: dict[str, str]) -> None:
+    """Delete what one :func:`register_run` created (``metrics/register.json`` content).
+
+    For orchestrators whose later step failed (e.g. the DVC experiment could not be saved):
+    a registered version must not outlive the run that produced it.
+    """
+    client = client_for(registration["tracking_uri"])
+    _undo(client, registration["model_name"], registration["model_version"], registration["run_id"])
+
+
 def _undo(client: Any, model_name: str, version: str | None, run_id: str) -> None:
     """Remove what a failed registration created: the model version, then the run."""
     if version is not None:
