@@ -252,3 +252,20 @@ def test_missing_teacher_vectors_fail_clearly(setup: dict[str, Path], tmp_path: 
     with pytest.raises(XdistillError, match="have no teacher embedding"):
         train_student(data / "train.tsv.gz", data / "dev.tsv.gz", setup["store"], str(setup["student"]),
                       tiny_train_params(), outputs, device="cpu")
+
+
+def test_procrustes_aligned_head_starts_in_the_teachers_space(setup: dict[str, Path], reference_run: Path,
+                                                              tmp_path: Path) -> None:
+    params = tiny_train_params(steps=2, eval_every=2, student={"keep_layers": 1, "dropout": 0.0,
+                                                                "align_to_teacher": True})
+    outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
+    result = train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
+                           str(setup["student"]), params, outputs, device="cpu")
+    plain = json.loads((reference_run / "train.json").read_text())["initial"]
+    # a rotation keeps every cosine of the student: same retrieval, same mean pairwise cosine ...
+    assert result.initial["dev_accuracy_src2tgt"] == plain["dev_accuracy_src2tgt"]
+    assert result.initial["dev_mean_pairwise_cosine"] == pytest.approx(plain["dev_mean_pairwise_cosine"], abs=1e-5)
+    # ... but moves it onto the teacher's vectors
+    assert result.initial["dev_mse"] < 0.9 * plain["dev_mse"]
+    model = SentenceTransformer(str(tmp_path / "student"), device="cpu")
+    assert [type(m).__name__ for m in model] == ["Transformer", "Pooling", "Dense", "Normalize"]

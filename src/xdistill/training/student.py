@@ -42,12 +42,15 @@ class StudentConfig:
     max_seq_length: int = 128
     # None keeps the base model's dropout; 0.0 makes training deterministic across process counts.
     dropout: float | None = None
+    # Add a square Dense head that the trainer initialises with the orthogonal Procrustes rotation
+    # of the student's space onto the teacher's (see trainer.align_head_to_teacher).
+    align_to_teacher: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_params(cls, spec: str, section: dict[str, Any] | None, max_seq_length: int) -> StudentConfig:
         section = dict(section or {})
-        known = {"keep_layers", "freeze_word_embeddings", "output_dim", "dropout"}
+        known = {"keep_layers", "freeze_word_embeddings", "output_dim", "dropout", "align_to_teacher"}
         unknown = set(section) - known
         if unknown:
             raise XdistillError(f"params train.student: unknown keys {sorted(unknown)} (known: {sorted(known)})")
@@ -69,11 +72,16 @@ def build_student(config: StudentConfig, device: str | torch.device = "cpu", see
         set_dropout(model, config.dropout)
     if config.freeze_word_embeddings:
         freeze_word_embeddings(model)
+    if config.output_dim is not None and config.align_to_teacher:
+        raise XdistillError("train.student: align_to_teacher needs output_dim: null (the head is square)")
     if config.output_dim is not None:
         # The Dense head's random init must not depend on what ran before in the process.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             add_output_dense(model, config.output_dim)
+    elif config.align_to_teacher:
+        dim = model.get_embedding_dimension()
+        add_output_dense(model, dim, init_weight=torch.eye(dim), init_bias=torch.zeros(dim))
     return model.to(device)
 
 
@@ -129,14 +137,21 @@ def freeze_word_embeddings(model: SentenceTransformer) -> None:
     logger.info("student: froze the word-embedding table (%s parameters)", f"{embeddings.weight.numel():,}")
 
 
-def add_output_dense(model: SentenceTransformer, output_dim: int) -> None:
+def output_dense(model: SentenceTransformer):
+    """The student's Dense head (None when it has none)."""
+    return next((m for m in model if type(m).__name__ == "Dense"), None)
+
+
+def add_output_dense(model: SentenceTransformer, output_dim: int, init_weight: torch.Tensor | None = None,
+                     init_bias: torch.Tensor | None = None) -> None:
     """Insert a linear Dense layer to ``output_dim`` right after pooling (before Normalize)."""
     from sentence_transformers.base.modules.dense import Dense
 
     in_dim = model.get_embedding_dimension()
     if output_dim < 1:
         raise XdistillError(f"train.student.output_dim must be positive, got {output_dim}")
-    dense = Dense(in_dim, output_dim, bias=True, activation_function=nn.Identity())
+    dense = Dense(in_dim, output_dim, bias=True, activation_function=nn.Identity(),
+                  init_weight=init_weight, init_bias=init_bias)
     modules = list(model._modules.items())
     insert_at = next((i + 1 for i, (_, m) in enumerate(modules) if type(m).__name__ == "Pooling"), len(modules))
     for name, _ in modules:

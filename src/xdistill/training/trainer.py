@@ -68,6 +68,7 @@ class TrainParams:
     train_max_pairs: int | None = None
     dev_max_pairs: int | None = 500
     eval_batch_size: int = 128
+    align_pairs: int = 512  # pairs used to fit the Procrustes head (student.align_to_teacher)
     threads: int | None = None
     student: dict[str, Any] = field(default_factory=dict)
     loss: dict[str, Any] = field(default_factory=lambda: {"mse": 1.0})
@@ -79,6 +80,13 @@ class TrainParams:
         unknown = set(section) - known
         if unknown:
             raise XdistillError(f"params train: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+        # YAML reads "2e-5" (no dot) as a string: coerce the numeric fields.
+        for name in ("learning_rate", "weight_decay", "warmup_ratio", "max_grad_norm", "collapse_threshold"):
+            if name in section:
+                try:
+                    section[name] = float(section[name])
+                except (TypeError, ValueError) as exc:
+                    raise XdistillError(f"params train.{name} must be a number, got {section[name]!r}") from exc
         params = cls(**section)
         params.validate()
         return params
@@ -299,6 +307,35 @@ def evaluate_dev(student, objective: nn.Module, featurize: Featurizer, dev: Toke
     }
 
 
+def align_head_to_teacher(student, featurize: Featurizer, pairs: TokenizedPairs, n_pairs: int,
+                          batch_size: int) -> float:
+    """Set the student's square Dense head to the orthogonal Procrustes rotation onto the teacher.
+
+    The student's and the teacher's spaces are unrelated at the start (cosine ~0 between
+    student(x) and teacher(x)), so plain MSE first drags every embedding towards the teacher's
+    mean direction (the mean pairwise cosine of dev embeddings passes 0.97 within ~20 steps
+    on mE5) and translation accuracy drops before it recovers. A rotation R minimising
+    ||S R - T|| over student embeddings S of sources and translations and teacher vectors T of
+    the sources keeps every cosine of the student (same quality as the untrained student) while
+    starting in the teacher's space. Returns the MSE after alignment.
+    """
+    from xdistill.training.student import output_dense
+
+    head = output_dense(student)
+    rows = np.linspace(0, len(pairs) - 1, num=min(n_pairs, len(pairs))).round().astype(int)
+    ids = [pairs.src[i] for i in rows] + [pairs.tgt[i] for i in rows]
+    with torch.no_grad():
+        head.linear.weight.copy_(torch.eye(head.linear.weight.shape[0]))
+        head.linear.bias.zero_()
+    embedded = encode_token_ids(student, featurize, ids, batch_size).double()
+    teacher = torch.cat([pairs.teacher[torch.as_tensor(rows)]] * 2).double()
+    u, _, vt = torch.linalg.svd(embedded.T @ teacher)
+    rotation = u @ vt  # y = x @ rotation
+    with torch.no_grad():
+        head.linear.weight.copy_(rotation.T.to(head.linear.weight.dtype))
+    return float(torch.mean((embedded @ rotation - teacher) ** 2))
+
+
 def check_collapse(metrics: dict[str, float], threshold: float, step: int) -> None:
     """Fail loud when dev embeddings have collapsed towards one direction."""
     value = metrics["dev_mean_pairwise_cosine"]
@@ -419,6 +456,10 @@ def _train(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: st
         if ctx.is_main:
             ckpt.clear_checkpoints(outputs.checkpoint_dir)
         ctx.barrier()
+        if student_config.align_to_teacher:
+            mse = align_head_to_teacher(student, featurize, train, params.align_pairs, params.eval_batch_size)
+            logger.info("aligned the student's head to the teacher's space (Procrustes on %d pairs): mse %.6f",
+                        min(params.align_pairs, len(train)), mse)
         # Each process draws its own dropout masks, reproducibly.
         ckpt.seed_everything(params.seed + 1000 * ctx.rank)
 
