@@ -145,6 +145,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=4200)
@@ -154,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     stack = LocalStack(home=args.home.resolve(), port=args.port, log_dir=args.home.resolve() / "logs")
+    # Ctrl-C or a plain `kill` both end in the orderly stop below (a background shell job
+    # starts with SIGINT ignored, so install the handler explicitly).
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _interrupt)
     try:
         stack.start_server()
         stack.create_pools()
