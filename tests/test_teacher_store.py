@@ -245,24 +245,23 @@ _CHILD = textwrap.dedent(
 
 def test_sigkill_during_append_leaves_a_consistent_store(store_copy, mirror_dir, sentences, teacher_model):
     sub = _substore(store_copy)
-    extra = _mirror_sentences(mirror_dir, 96, skip=240)
+    extra = _mirror_sentences(mirror_dir, 400, skip=240)  # 25 commits of 16: far from done at the kill
     wanted = sentences[:200] + extra
     (store_copy.parent / "sentences.json").write_text(json.dumps(wanted), encoding="utf-8")
     child = subprocess.Popen(
         [sys.executable, "-c", _CHILD, str(store_copy), str(store_copy.parent / "sentences.json"), TEACHER],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
-    # Kill it as soon as it is writing a shard (a temp file exists) once at least one new shard
-    # is committed; failing that, right after the first commit.
-    deadline = time.monotonic() + 240
+    # Once the first new shard is committed, kill the child the moment it is writing the next one
+    # (a temp file exists), or after 0.2 s at the latest.
+    deadline = time.monotonic() + 480
     committed_at = None
     try:
         while time.monotonic() < deadline and child.poll() is None:
-            rows = json.loads((sub / INDEX_FILE).read_text())["rows"]
-            if rows > 200 and committed_at is None:
-                committed_at = time.monotonic()
-            writing = any(".tmp-" in p.name for p in sub.iterdir())
-            if committed_at is not None and (writing or time.monotonic() - committed_at > 0.5):
+            if committed_at is None:
+                if json.loads((sub / INDEX_FILE).read_text())["rows"] > 200:
+                    committed_at = time.monotonic()
+            elif any(".tmp-" in p.name for p in sub.iterdir()) or time.monotonic() - committed_at > 0.2:
                 break
             time.sleep(0.001)
     finally:
