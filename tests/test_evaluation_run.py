@@ -71,7 +71,7 @@ def test_suite_with_the_minilm_teacher(teacher, raw_dir: Path, tmp_path: Path, m
     assert bench["sts_monolingual"]["scores"]["en-en"] > bench["sts_crosslingual"]["scores"]["average"]
     bias = bench["language_bias"]["scores"]
     assert bias["difference"] == pytest.approx(bias["actual"] - bias["expected"])
-    assert bench["language_bias"]["info"]["n_pairs"] == 7 * 12
+    assert bench["language_bias"]["info"]["total_pairs"] == 7 * 12
 
     # dev: the teacher against itself has zero MSE on the English side
     assert bench["dev"]["scores"]["de"]["mse_source_x100"] == pytest.approx(0.0, abs=1e-9)

@@ -89,7 +89,7 @@ def pca_figure(all_results: Mapping[str, Mapping[str, Any]], path: Path) -> Path
         axis.set_xticks([])
         axis.set_yticks([])
     axes[0][0].legend(fontsize="small")
-    figure.suptitle("English FLORES sentences (*) and their translations, 2-D PCA per model")
+    figure.suptitle("English FLORES sentences (*) and their translations, 2-D PCA per model", y=1.06)
     return _save(figure, path)
 
 

@@ -154,7 +154,7 @@ def run_stsb(encoder: CachedEncoder, settings: EvaluationSettings, inputs: Evalu
     results["language_bias"] = {
         "scores": {k: bias[k] for k in ("expected", "actual", "difference")},
         "info": {"sets": [s.name for s in all_sets], "per_set": bias["per_set"],
-                 "n_pairs": sum(len(s) for s in all_sets)},
+                 "total_pairs": sum(len(s) for s in all_sets)},
     }
     return results
 
