@@ -144,4 +144,6 @@ def test_evaluate_without_baselines_stops_with_one_message(tmp_path: Path, raw_d
     write_params(tmp_path, muse=False)
     assert main(["evaluate", "--raw-dir", str(raw_dir), "--student", "nowhere"]) == 2
     assert "baselines folder not found" in capsys.readouterr().err
+    assert main(["evaluate", "--raw-dir", str(raw_dir)]) == 2
+    assert "models/student: trained student not found" in capsys.readouterr().err
     assert not (tmp_path / "metrics").exists()

@@ -9,8 +9,12 @@ baselines side by side. Reads params ``languages``, ``models`` and ``evaluate``.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from xdistill.errors import XdistillError
 from xdistill.io import load_params
+
+DEFAULT_STUDENT = "models/student"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
     parser.add_argument("--raw-dir", default="data/raw", help="staged corpora holding eval/ (default: data/raw)")
     parser.add_argument("--dev", default="data/parallel/dev.tsv.gz", help="held-out dev pairs (gzipped TSV)")
-    parser.add_argument("--student", default="models/student", help="trained student model folder or spec")
+    parser.add_argument("--student", default=DEFAULT_STUDENT, help="trained student model folder or spec")
     parser.add_argument("--baselines-dir", default="data/baselines")
     parser.add_argument("--metrics-dir", default="metrics/eval")
     parser.add_argument("--reports-dir", default="reports/eval")
@@ -37,6 +41,10 @@ def run(args: argparse.Namespace) -> int:
         results = run_baselines(settings, models, args.raw_dir, args.dev, args.baselines_dir)
         print(f"baselines written to {args.baselines_dir}: {', '.join(results)}")
         return 0
+    if args.student == DEFAULT_STUDENT and not Path(DEFAULT_STUDENT).is_dir():
+        raise XdistillError(f"{DEFAULT_STUDENT}: trained student not found (run the `train` stage first)")
+    if not models.get("teacher"):
+        raise XdistillError(f"{args.params}: models.teacher is not set (the dev MSE compares with the teacher)")
     summary = run_student_evaluation(settings, args.student, models["teacher"], args.raw_dir, args.dev,
                                      args.baselines_dir, args.metrics_dir, args.reports_dir, args.plots_dir)
     print(f"primary score (student): {summary.get('primary_score')}; reports in {args.reports_dir}")
