@@ -17,7 +17,7 @@ in the loss, not in the student, so it is never exported.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,6 @@ class StudentConfig:
     # Add a square Dense head that the trainer initialises with the orthogonal Procrustes rotation
     # of the student's space onto the teacher's (see trainer.align_head_to_teacher).
     align_to_teacher: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_params(cls, spec: str, section: dict[str, Any] | None, max_seq_length: int) -> StudentConfig:
