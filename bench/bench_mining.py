@@ -40,7 +40,7 @@ from threadpoolctl import threadpool_limits
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import Row, Timing, peak_rss_mb, save_rows, time_repeats  # noqa: E402
+from common import Row, Timing, peak_rss_mb, report_rows, time_repeats  # noqa: E402
 
 DIM = 384
 K = 4
@@ -286,11 +286,7 @@ def main() -> None:
 
 def _report(rows: list[Row], new: list[Row], tiny: bool) -> None:
     """Save after every part (a long run keeps what it measured); --tiny only prints."""
-    if tiny:
-        for r in new:
-            print(f"| {r.benchmark} | {r.ours} | {r.reference} | {r.ratio} | {r.target} | {r.passed} |")
-    else:
-        save_rows("mining", rows)
+    report_rows("mining", rows if not tiny else new, tiny)
 
 
 if __name__ == "__main__":

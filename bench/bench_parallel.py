@@ -27,13 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import Row, peak_rss_mb, save_rows, time_repeats  # noqa: E402
+from common import Row, peak_rss_mb, report_rows, time_repeats  # noqa: E402
 
 EVAL_SENTENCES = 200_000
 CLEANING = {"max_chars": 300, "max_length_ratio": 3.0, "ratio_min_chars": 12, "dedup_bits_log2": 28}
@@ -139,7 +138,7 @@ def measure(impl: str, path: Path, repeats: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="2e3 / 2e4 lines, one repeat; results printed, not saved")
-    parser.add_argument("--json", help="with --tiny: also write the rows to this JSON file")
+    parser.add_argument("--json", help="also write the rows to this JSON file")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--worker", nargs=2, metavar=("IMPL", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -184,13 +183,7 @@ def main() -> None:
         passed=None if args.tiny else growth <= 1.20,
         details={"growth": growth, "reference_growth": ref_growth},
     ))
-    if not args.tiny:
-        print(f"wrote {save_rows('parallel', rows)}")
-        return
-    for row in rows:  # a smoke test: print, do not overwrite the recorded results
-        print(f"| {row.benchmark} | {row.ours} | {row.reference} | {row.ratio} | {row.target} |")
-    if args.json:
-        Path(args.json).write_text(json.dumps([asdict(row) for row in rows], indent=2), encoding="utf-8")
+    report_rows("parallel", rows, args.tiny, args.json)
 
 
 if __name__ == "__main__":

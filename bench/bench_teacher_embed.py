@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import Row, Timing, peak_rss_mb, save_rows  # noqa: E402
+from common import Row, Timing, peak_rss_mb, report_rows  # noqa: E402
 
 TEACHER = "pypi:all-minilm-l6-v2"
 TARGET = 1.0
@@ -149,11 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         throughput_row("teacher embedding, encode only (model loaded): token-length-sorted batches vs "
                        "SentenceTransformer.encode", len(sentences), *encode_only, details),
     ]
-    if args.tiny:
-        for r in rows:
-            print(f"| {r.benchmark} | {r.ours} | {r.reference} | {r.ratio} | {r.target} | {r.passed} |")
-    else:
-        print(f"wrote {save_rows('teacher_embed', rows)}")
+    report_rows("teacher_embed", rows, args.tiny)
     return 0
 
 

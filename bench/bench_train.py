@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Row, peak_rss_mb, save_rows  # noqa: E402
+from common import Row, peak_rss_mb, report_rows  # noqa: E402
 
 import xdistill  # noqa: E402,F401  (offline environment)
 
@@ -113,7 +113,7 @@ def run_reference(train: Path, store: Path, student_spec: str, student_opts: dic
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tiny", action="store_true", help="1-layer MiniLM student, few pairs (seconds)")
+    parser.add_argument("--tiny", action="store_true", help="1-layer MiniLM student, few pairs (seconds); results printed, not saved")
     parser.add_argument("--pairs", type=int, default=None)
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--student", default=None, help="student spec (default: params models.student)")
     parser.add_argument("--mirror", default=str(REPO_ROOT.parent / "shared" / "corpora"))
+    parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     import torch
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         passed=ratio >= 1.2,
         details={"ours": ours, "reference": reference, "pairs": args.pairs, "peak_rss_mb": round(peak_rss_mb())},
     )
-    save_rows("bench_train_tiny" if args.tiny else "bench_train", [row])
+    report_rows("train", [row], args.tiny, args.json)
     return 0
 
 

@@ -88,6 +88,24 @@ def save_rows(name: str, rows: list[Row], argv: list[str] | None = None) -> Path
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+    print_rows(rows)
+    return path
+
+
+def print_rows(rows: list[Row]) -> None:
     for r in rows:
         print(f"| {r.benchmark} | {r.ours} | {r.reference} | {r.ratio} | {r.target} | {r.passed} |")
-    return path
+
+
+def report_rows(name: str, rows: list[Row], tiny: bool, json_path: str | Path | None = None) -> None:
+    """Record a full run's rows (:func:`save_rows`); a ``--tiny`` smoke run only prints them.
+
+    A tiny run never overwrites the recorded results; ``json_path`` (e.g. a test's temp file) gets
+    its rows as JSON for inspection.
+    """
+    if tiny:
+        print_rows(rows)
+    else:
+        print(f"wrote {save_rows(name, rows)}")
+    if json_path:
+        Path(json_path).write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n", encoding="utf-8")

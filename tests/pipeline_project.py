@@ -23,6 +23,26 @@ BIN_DIR = Path(sys.executable).parent
 # Overrides of params.yaml that keep a whole `dvc repro` to a couple of minutes on 2 cores.
 TINY_PARAMS: dict[str, Any] = {
     "languages": ["de", "es"],
+    "parallel": {"max_train_pairs": 240, "dev_pairs_per_language": 20},
+    "train": {
+        "steps": 6,
+        "batch_size": 8,
+        "eval_every": 3,
+        "checkpoint_every": 3,
+        "log_every": 1,
+        "max_seq_length": 32,
+        "dev_max_pairs": 24,
+        "student": {"keep_layers": 2},
+    },
+    "evaluate": {
+        "benchmarks": ["sts17", "stsb", "tatoeba", "dev"],
+        "sts17_max_pairs": 40,
+        "stsb_max_pairs": 30,
+        "tatoeba_max_pairs": 40,
+        "dev_max_pairs": 20,
+        "pca_sentences": 4,
+        "muse": False,
+    },
 }
 
 

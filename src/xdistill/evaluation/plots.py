@@ -48,7 +48,8 @@ def bars_from_scores(all_results: Mapping[str, Mapping[str, Any]], benchmark: st
     if not per_model:
         return None
     groups = list(dict.fromkeys(g for scores in per_model.values() for g in scores if not g.startswith("average")))
-    groups += [g for g in ("average",) if any(g in scores for scores in per_model.values())]
+    summary_groups = ("average_monolingual", "average_crosslingual", "average")
+    groups += [g for g in summary_groups if any(g in scores for scores in per_model.values())]
 
     def value(scores: Mapping[str, Any], group: str) -> float | None:
         item = scores.get(group)

@@ -195,6 +195,8 @@ def headline(results: Mapping[str, Any]) -> dict[str, Any]:
     values = {
         "primary_score": primary_score(results),
         "sts17_average": get("sts17", "average"),
+        "sts17_monolingual_average": get("sts17", "average_monolingual"),
+        "sts17_crosslingual_average": get("sts17", "average_crosslingual"),
         "sts17_track4b": get("sts17", "es-en-4b"),
         "sts_crosslingual_average": get("sts_crosslingual", "average"),
         "sts_monolingual_average": get("sts_monolingual", "average"),

@@ -40,6 +40,14 @@ STS17_GOLD_DIR = "STS2017.gs"
 # Tracks outside the headline STS17 average.
 STS17_OUTSIDE_AVERAGE = ("es-en-4b",)
 
+
+
+def is_monolingual_track(track: str) -> bool:
+    """``ar-ar`` -> True, ``es-en-4a`` -> False: both sides of the track's pairs share a language."""
+    source, target = track.split("-")[:2]
+    return source == target
+
+
 TR_EN_ALIGNMENT = (
     "STS17 track 6 (tr-en) has 500 input lines but 250 gold scores and the official files do not say which "
     "lines are scored. The gold scores belong to the first 250 input lines: two multilingual encoders "

@@ -26,7 +26,13 @@ from xdistill.evaluation.bias import language_bias
 from xdistill.evaluation.dev import dev_pairs_by_language, evaluate_dev
 from xdistill.evaluation.encoding import CachedEncoder
 from xdistill.evaluation.metrics import mean_or_nan, paired_cosine, spearman_x100
-from xdistill.evaluation.sts import STS17_OUTSIDE_AVERAGE, STSSet, build_stsb_sets, load_sts17
+from xdistill.evaluation.sts import (
+    STS17_OUTSIDE_AVERAGE,
+    STSSet,
+    build_stsb_sets,
+    is_monolingual_track,
+    load_sts17,
+)
 from xdistill.evaluation.tatoeba import available_codes, evaluate_tatoeba, tatoeba_code
 
 logger = logging.getLogger(__name__)
@@ -124,10 +130,16 @@ def _score_sets(encoder: CachedEncoder, sets: list[STSSet]) -> tuple[dict[str, f
 
 
 def run_sts17(encoder: CachedEncoder, settings: EvaluationSettings, inputs: EvaluationInputs) -> dict[str, Any]:
-    """STS17 official tracks; ``average`` over all tracks but 4b (reported on its own)."""
+    """STS17 official tracks; ``average`` over all tracks but 4b (reported on its own), also split into
+    its monolingual (``xx-xx``) and cross-lingual (``xx-en``) tracks."""
     tracks = load_sts17(inputs.eval_dir / "sts17", settings.sts17_max_pairs)
     scores, _ = _score_sets(encoder, tracks)
-    scores["average"] = mean_or_nan([v for k, v in scores.items() if k not in STS17_OUTSIDE_AVERAGE])
+    headline_tracks = {k: v for k, v in scores.items() if k not in STS17_OUTSIDE_AVERAGE}
+    scores["average"] = mean_or_nan(list(headline_tracks.values()))
+    # The paper's two tables: same-language tracks (Table 1) and tracks across languages (Table 2).
+    scores["average_monolingual"] = mean_or_nan([v for k, v in headline_tracks.items() if is_monolingual_track(k)])
+    scores["average_crosslingual"] = mean_or_nan(
+        [v for k, v in headline_tracks.items() if not is_monolingual_track(k)])
     notes = list(dict.fromkeys(note for track in tracks for note in track.notes))
     return {"scores": scores, "info": {"n_pairs": {t.name: len(t) for t in tracks}, "notes": notes,
                                        "outside_average": list(STS17_OUTSIDE_AVERAGE)}}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path

@@ -1,0 +1,117 @@
+"""The whole DVC pipeline, end to end, on a tiny copy of the project (real DVC, models, MLflow).
+
+One workspace walks through what a user does: the first ``dvc repro`` runs every stage; a second
+one does nothing; a ``train.*`` change re-runs only train, evaluate and register (no data stage,
+no teacher embedding); the trained student loads with ``SentenceTransformer`` and the registered
+one with ``mlflow.sentence_transformers``; a 128-d student (Dense head + feature distillation)
+goes through the same stages.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from pipeline_project import make_pipeline_project, run
+
+ALL_STAGES = ["corpora", "parallel", "teacher_embed", "train", "baselines", "evaluate", "register"]
+SENTENCES = ["The cat sits on the mat.", "Die Katze sitzt auf der Matte.", "El gato está en la alfombra."]
+
+pytestmark = pytest.mark.slow
+
+
+def stages_run(stdout: str) -> list[str]:
+    return re.findall(r"Running stage '([^']+)'", stdout)
+
+
+def set_params(project: Path, **sections: dict) -> None:
+    params = yaml.safe_load((project / "params.yaml").read_text(encoding="utf-8"))
+    for section, values in sections.items():
+        for dotted, value in values.items():
+            node = params[section]
+            *parents, leaf = dotted.split(".")
+            for key in parents:
+                node = node[key]
+            node[leaf] = value
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, mirror_dir: Path) -> Path:
+    return make_pipeline_project(tmp_path_factory.mktemp("pipeline") / "project", mirror_dir)
+
+
+@pytest.fixture(scope="module")
+def first_repro(project: Path) -> str:
+    return run(["dvc", "repro"], project).stdout
+
+
+def test_first_repro_runs_every_stage_and_writes_every_output(project: Path, first_repro: str) -> None:
+    assert stages_run(first_repro) == ALL_STAGES
+    summary = read_json(project / "metrics/eval/summary.json")
+    assert set(summary["models"]) == {"student", "student-untrained", "teacher"}
+    for label, scores in summary["models"].items():
+        assert 0 < scores["tatoeba_average"] <= 100, label
+    # the English teacher cannot match translations; the multilingual students can
+    assert summary["models"]["student"]["tatoeba_average"] > summary["models"]["teacher"]["tatoeba_average"] + 20
+    train = read_json(project / "metrics/train.json")
+    assert train["steps"] == 6 and train["best"]["dev_mse"] < train["initial"]["dev_mse"]
+    for png in ["plots/data_report.png", "plots/train_curves.png", "plots/eval/sts17.png", "plots/eval/tatoeba.png"]:
+        assert (project / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+    assert "| " in (project / "reports/data_report.md").read_text(encoding="utf-8")
+
+
+def test_second_repro_does_nothing(project: Path, first_repro: str) -> None:
+    again = run(["dvc", "repro"], project)
+    assert stages_run(again.stdout) == []
+    assert run(["dvc", "status"], project).stdout.strip().endswith("Data and pipelines are up to date.")
+
+
+def test_trained_student_loads_locally_and_from_the_registry(project: Path, first_repro: str) -> None:
+    import mlflow
+    from sentence_transformers import SentenceTransformer
+
+    local = SentenceTransformer(str(project / "models/student"), device="cpu")
+    local_vectors = local.encode(SENTENCES, normalize_embeddings=True)
+    assert local_vectors.shape == (3, 384)
+
+    registered = read_json(project / "metrics/register.json")
+    mlflow.set_tracking_uri(registered["tracking_uri"])
+    loaded = mlflow.sentence_transformers.load_model(registered["model_uri"])
+    np.testing.assert_allclose(loaded.encode(SENTENCES, normalize_embeddings=True), local_vectors, atol=1e-5)
+    run_data = mlflow.get_run(registered["run_id"]).data
+    assert run_data.metrics["eval.summary.primary_score"] == pytest.approx(
+        read_json(project / "metrics/eval/summary.json")["primary_score"])
+
+
+def test_train_param_change_reruns_only_train_evaluate_register(project: Path, first_repro: str) -> None:
+    set_params(project, train={"steps": 4})
+    rerun = run(["dvc", "repro"], project)
+    assert stages_run(rerun.stdout) == ["train", "evaluate", "register"]
+    assert read_json(project / "metrics/train.json")["steps"] == 4
+
+
+def test_low_dimensional_student_runs_through_the_same_pipeline(project: Path, first_repro: str) -> None:
+    """LEALLA-style: a 128-d Dense head trained by feature distillation through a projection."""
+    from sentence_transformers import SentenceTransformer
+
+    set_params(project, train={"student.output_dim": 128, "student.align_to_teacher": False,
+                               "loss.mse": 0.0, "loss.feature_distillation": 1.0})
+    rerun = run(["dvc", "repro"], project)
+    # a new student and new loss weights compute no teacher embedding and re-read no data
+    assert stages_run(rerun.stdout) == ["train", "evaluate", "register"]
+    student = SentenceTransformer(str(project / "models/student"), device="cpu")
+    assert student.encode(SENTENCES).shape == (3, 128)
+    summary = read_json(project / "metrics/eval/summary.json")
+    assert 0 < summary["models"]["student"]["tatoeba_average"] <= 100
+    assert summary["models"]["student"]["sts17_crosslingual_average"] == pytest.approx(
+        summary["sts17_crosslingual_average"])
