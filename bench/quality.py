@@ -1,0 +1,164 @@
+"""The quality run: real students for the mirror's languages, side by side with the baselines.
+
+    python bench/quality.py run                      # every member of bench/quality.yaml, then RESULTS.md
+    python bench/quality.py run --members quality-minilm
+    python bench/quality.py report                   # RESULTS.md from bench/results/quality/
+
+Each member of ``bench/quality.yaml`` is one run of the ``distill`` Prefect flow (flows/distill.py):
+the DVC pipeline in a private workspace with the member's ``-S`` overrides, saved as a DVC
+experiment in the project, logged and registered in MLflow, then put through the promotion gate.
+After each member this script copies the experiment's metrics (from the experiment commit) and
+facts about its exported student (dimension, size, encoding speed) into
+``bench/results/quality/<member>/``, so ``report`` (bench/quality_report.py) can rebuild
+RESULTS.md from committed files at any time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
+
+from common import machine_summary  # noqa: E402
+
+CONFIG = REPO_ROOT / "bench" / "quality.yaml"
+RESULTS = REPO_ROOT / "bench" / "results" / "quality"
+# What the report needs from each experiment commit.
+EXPORTED_FILES = ["params.yaml", "metrics/train.json", "metrics/data_report.json", "metrics/register.json"]
+EXPORTED_DIRS = ["metrics/eval"]
+SPEED_SENTENCES = 512  # FLORES English sentences encoded to time each exported student
+
+
+def load_config(path: Path) -> dict[str, Any]:
+    config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    names = [m.get("name") for m in config.get("members", [])]
+    if not names or None in names or len(set(names)) != len(names):
+        raise SystemExit(f"{path}: every member needs a unique name")
+    return config
+
+
+def member_overrides(config: dict[str, Any], member: dict[str, Any]) -> dict[str, Any]:
+    """The member's ``-S`` overrides on top of the shared ones."""
+    return {**(config.get("common") or {}), **(member.get("overrides") or {})}
+
+
+def run_member(project: Path, config: dict[str, Any], member: dict[str, Any], results: Path) -> dict[str, Any]:
+    """One member through the distill flow; returns the flow's result plus what was exported."""
+    from flows.distill import distill
+
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M")
+    experiment = f"{member['name']}-{stamp}"
+    workspace = project.parent / f".{project.name}-exp-{experiment}"  # where distill puts it
+    started = time.monotonic()
+    try:
+        outcome = distill(overrides=member_overrides(config, member), experiment=experiment,
+                          project=str(project), keep_workspace=True)
+        wall = time.monotonic() - started
+        out = results / member["name"]
+        export_experiment(workspace, out)
+        facts = student_facts(workspace / "models" / "student", workspace / "data" / "raw")
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+    run_info = {"member": member, "experiment": experiment, "flow_result": outcome, "wall_seconds": round(wall),
+                "student": facts, "machine": machine_summary(), "date": stamp,
+                "command": f"python bench/quality.py run --members {member['name']}"}
+    write_json(out / "run.json", run_info)
+    return run_info
+
+
+def export_experiment(workspace: Path, out: Path) -> None:
+    """Copy the member's params and metrics into ``out`` (replacing an older export whole)."""
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for name in EXPORTED_FILES:
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(workspace / name, tmp / name)
+    for name in EXPORTED_DIRS:
+        shutil.copytree(workspace / name, tmp / name)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def student_facts(student_dir: Path, raw_dir: Path) -> dict[str, Any]:
+    """Dimension, parameters, size on disk and CPU encoding speed of an exported student."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(student_dir), device="cpu")
+    flores = raw_dir / "eval" / "flores200-devtest" / "eng_Latn.devtest"
+    sentences = flores.read_text(encoding="utf-8").splitlines()[:SPEED_SENTENCES]
+    model.encode(sentences[:32], batch_size=32)  # warm-up
+    start = time.perf_counter()
+    vectors = model.encode(sentences, batch_size=64)
+    seconds = time.perf_counter() - start
+    size = sum(p.stat().st_size for p in student_dir.rglob("*") if p.is_file())
+    return {
+        "dimension": int(vectors.shape[1]),
+        "parameters": int(sum(p.numel() for p in model.parameters())),
+        "size_mb": round(size / 2**20, 1),
+        "sentences_per_second": round(len(sentences) / seconds, 1),
+        "speed_sentences": len(sentences),
+        "threads": torch.get_num_threads(),
+        "index_mb_per_million": round(vectors.shape[1] * 4 * 1_000_000 / 2**20, 1),
+    }
+
+
+def write_report(config: dict[str, Any], results: Path, output: Path) -> None:
+    from quality_report import write_results  # the table layout lives in its own module
+
+    write_results(config, results, output)
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train every member (or --members), then write RESULTS.md")
+    run.add_argument("--members", nargs="+", default=None, help="member names (default: all)")
+    run.add_argument("--config", type=Path, default=CONFIG)
+    run.add_argument("--project", type=Path, default=REPO_ROOT, help="the project checkout (a git + DVC repo)")
+    run.add_argument("--results", type=Path, default=RESULTS)
+    run.add_argument("--output", type=Path, default=REPO_ROOT / "RESULTS.md")
+    report = sub.add_parser("report", help="write RESULTS.md from the exported results")
+    report.add_argument("--results", type=Path, default=RESULTS)
+    report.add_argument("--config", type=Path, default=CONFIG)
+    report.add_argument("--output", type=Path, default=REPO_ROOT / "RESULTS.md")
+    args = parser.parse_args(argv)
+    config = load_config(args.config)
+    if args.command == "run":
+        chosen = args.members or [m["name"] for m in config["members"]]
+        unknown = sorted(set(chosen) - {m["name"] for m in config["members"]})
+        if unknown:
+            raise SystemExit(f"unknown member(s) {unknown} in {args.config}")
+        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+        for member in config["members"]:
+            if member["name"] in chosen:
+                info = run_member(args.project.resolve(), config, member, args.results)
+                print(f"{member['name']}: {json.dumps(info['flow_result'].get('promotion', {}))}")
+                write_report(config, args.results, args.output)
+    else:
+        write_report(config, args.results, args.output)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
