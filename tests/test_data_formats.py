@@ -111,6 +111,16 @@ def test_moses_multi30k_real(mirror_dir):
     assert triples[0][0] == "de" and triples[0][1].startswith("A group of men are loading cotton")
 
 
+def test_moses_english_file_shared_by_two_languages(mirror_dir):
+    """Multi30k: one English file is the partner of both German and French (one checker, two reads)."""
+    raw = mirror_dir / "train/multi30k/data/task1/raw"
+    shared = checkers()
+    german = list(formats.read_moses(raw / "val.en.gz", raw / "val.de.gz", "de", shared))
+    french = list(formats.read_moses(raw / "val.en.gz", raw / "val.fr.gz", "fr", shared))
+    assert len(german) == len(french) == 1014
+    assert [t[1] for t in german] == [t[1] for t in french]
+
+
 def test_moses_bad_line_drops_the_pair_and_unequal_lengths_fail(tmp_path):
     en = write_lines(tmp_path / "c.en", ["one", "two", "three"])
     de = write_lines(tmp_path / "c.de", [b"eins", b"zw\x00ei", b"drei"])

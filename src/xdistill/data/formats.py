@@ -315,6 +315,9 @@ def read_moses(english_path: Path, foreign_path: Path, lang: str, checkers: Chec
 
 def _all_lines(path: Path, checker: RowChecker) -> Iterator[tuple[int, str | None]]:
     """Every line position, with None for a rejected line (keeps the two sides aligned)."""
+    # The checker is per file and a file can be read more than once (Multi30k's train.en.gz is
+    # the English side of both en-de and en-fr): count only this pass's rows.
+    rows_before = checker.rows
     expected = 1
     for line_no, text in iter_lines(path, checker):
         while expected < line_no:
@@ -322,7 +325,7 @@ def _all_lines(path: Path, checker: RowChecker) -> Iterator[tuple[int, str | Non
             expected += 1
         yield line_no, text
         expected = line_no + 1
-    while expected <= checker.rows:
+    while expected <= checker.rows - rows_before:
         yield expected, None
         expected += 1
 
