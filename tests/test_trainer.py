@@ -269,3 +269,57 @@ def test_procrustes_aligned_head_starts_in_the_teachers_space(setup: dict[str, P
     assert result.initial["dev_mse"] < 0.9 * plain["dev_mse"]
     model = SentenceTransformer(str(tmp_path / "student"), device="cpu")
     assert [type(m).__name__ for m in model] == ["Transformer", "Pooling", "Dense", "Normalize"]
+
+
+def _tokenized(student, sentences: list[str], teacher: torch.Tensor):
+    from xdistill.training.trainer import TokenizedPairs
+
+    ids = [student.tokenizer(s)["input_ids"] for s in sentences]
+    return TokenizedPairs(src=ids, tgt=ids, teacher=teacher.float())
+
+
+SENTENCES = ["A man plays the guitar.", "The weather is cold today.", "Two dogs run on the beach.",
+             "She reads a book in the garden.", "The train leaves at noon.", "Prices rose again in March.",
+             "A child draws a red house.", "We cooked pasta for dinner.", "The museum opens at nine.",
+             "He fixed the old bicycle.", "Snow covered the mountain.", "They won the final match."] * 4
+
+
+def test_head_to_a_wider_teacher_is_a_semi_orthogonal_procrustes_map(setup: dict[str, Path]) -> None:
+    """384-d student, 768-d teacher (mE5-small <- mpnet): the head maps into the teacher's space,
+    keeping every cosine of the student; a teacher that *is* a rotation of the student is hit exactly."""
+    from xdistill.training.student import StudentConfig, build_student, head_dimension
+    from xdistill.training.trainer import Featurizer, align_head_to_teacher, encode_token_ids, head_bypassed
+
+    config = StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, align_to_teacher=True,
+                           max_seq_length=32)
+    assert head_dimension(config, 384, 768) == 768
+    student = build_student(config, seed=1, teacher_dim=768)
+    featurize = Featurizer(student, torch.device("cpu"))
+    ids = [student.tokenizer(s)["input_ids"] for s in SENTENCES]
+    with head_bypassed(student):
+        own = encode_token_ids(student, featurize, ids, 16)
+    rotation, _ = torch.linalg.qr(torch.randn(768, 384, generator=torch.Generator().manual_seed(0)))
+    pairs = _tokenized(student, SENTENCES, own @ rotation.T)  # teacher = own @ R, R: 384 -> 768 semi-orthogonal
+    mse = align_head_to_teacher(student, torch.nn.Module(), featurize, pairs, n_pairs=64, batch_size=16)
+    assert mse < 1e-10
+    aligned = encode_token_ids(student, featurize, ids, 16)
+    assert aligned.shape == (len(SENTENCES), 768)
+    torch.testing.assert_close(aligned, own @ rotation.T, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(aligned @ aligned.T, own @ own.T, atol=1e-5, rtol=1e-4)  # cosines kept
+
+
+def test_low_dimensional_head_starts_as_principal_axes_with_a_fitted_projection(setup: dict[str, Path],
+                                                                               tmp_path: Path) -> None:
+    params = {"steps": 2, "eval_every": 2, "loss": {"mse": 0.0, "feature_distillation": 1.0}}
+    runs = {}
+    for align in (False, True):
+        outputs = OutputPaths(tmp_path / f"student-{align}", tmp_path / f"ckpt-{align}", None, None, None)
+        runs[align] = train_student(
+            setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"], str(setup["student"]),
+            tiny_train_params(**params, student={"keep_layers": 1, "dropout": 0.0, "output_dim": 16,
+                                                 "align_to_teacher": align}), outputs, device="cpu").initial
+    # the random 16-d head and projection start far from the teacher; the aligned ones start on it
+    assert runs[True]["dev_mse"] < 0.5 * runs[False]["dev_mse"]
+    assert runs[True]["dev_accuracy"] >= runs[False]["dev_accuracy"]
+    model = SentenceTransformer(str(tmp_path / "student-True"), device="cpu")
+    assert model.encode(["Guten Morgen"]).shape == (1, 16)

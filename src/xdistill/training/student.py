@@ -42,8 +42,10 @@ class StudentConfig:
     max_seq_length: int = 128
     # None keeps the base model's dropout; 0.0 makes training deterministic across process counts.
     dropout: float | None = None
-    # Add a square Dense head that the trainer initialises with the orthogonal Procrustes rotation
-    # of the student's space onto the teacher's (see trainer.align_head_to_teacher).
+    # Start the Dense head in the teacher's space (see trainer.align_head_to_teacher): with
+    # output_dim null the head maps to the teacher's dimension and starts as the orthogonal
+    # Procrustes map onto the teacher; with a smaller output_dim it starts as the student's top
+    # principal axes (and the feature-distillation projection as a least-squares fit).
     align_to_teacher: bool = False
 
     @classmethod
@@ -59,8 +61,30 @@ class StudentConfig:
         return asdict(self)
 
 
-def build_student(config: StudentConfig, device: str | torch.device = "cpu", seed: int = 0) -> SentenceTransformer:
-    """Load the base encoder and apply the configured changes. Deterministic for a given ``seed``."""
+def head_dimension(config: StudentConfig, base_dim: int, teacher_dim: int | None) -> int | None:
+    """The output dimension of the student's Dense head, or None when it has none.
+
+    ``output_dim`` when set; else, for ``align_to_teacher``, the teacher's dimension (a 384-d mE5
+    student of a 768-d mpnet teacher gets a 384 -> 768 head, so MSE applies directly).
+    """
+    if config.output_dim is not None:
+        if config.align_to_teacher and teacher_dim and config.output_dim != teacher_dim \
+                and config.output_dim >= base_dim:
+            raise XdistillError(
+                f"train.student: align_to_teacher needs output_dim null, the teacher's dimension "
+                f"({teacher_dim}) or a dimension below the student's ({base_dim}); got {config.output_dim}")
+        return config.output_dim
+    if config.align_to_teacher:
+        return teacher_dim or base_dim
+    return None
+
+
+def build_student(config: StudentConfig, device: str | torch.device = "cpu", seed: int = 0,
+                  teacher_dim: int | None = None) -> SentenceTransformer:
+    """Load the base encoder and apply the configured changes. Deterministic for a given ``seed``.
+
+    ``teacher_dim`` sizes the Dense head of an ``align_to_teacher`` student with no ``output_dim``.
+    """
     from xdistill.models import load_sentence_transformer
 
     model = load_sentence_transformer(config.spec)
@@ -71,16 +95,13 @@ def build_student(config: StudentConfig, device: str | torch.device = "cpu", see
         set_dropout(model, config.dropout)
     if config.freeze_word_embeddings:
         freeze_word_embeddings(model)
-    if config.output_dim is not None and config.align_to_teacher:
-        raise XdistillError("train.student: align_to_teacher needs output_dim: null (the head is square)")
-    if config.output_dim is not None:
-        # The Dense head's random init must not depend on what ran before in the process.
+    head_dim = head_dimension(config, model.get_embedding_dimension(), teacher_dim)
+    if head_dim is not None:
+        # The Dense head's random init must not depend on what ran before in the process
+        # (an align_to_teacher head is then set by the trainer).
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            add_output_dense(model, config.output_dim)
-    elif config.align_to_teacher:
-        dim = model.get_embedding_dimension()
-        add_output_dense(model, dim, init_weight=torch.eye(dim), init_bias=torch.zeros(dim))
+            add_output_dense(model, head_dim)
     return model.to(device)
 
 

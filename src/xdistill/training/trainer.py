@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -307,33 +308,81 @@ def evaluate_dev(student, objective: nn.Module, featurize: Featurizer, dev: Toke
     }
 
 
-def align_head_to_teacher(student, featurize: Featurizer, pairs: TokenizedPairs, n_pairs: int,
-                          batch_size: int) -> float:
-    """Set the student's square Dense head to the orthogonal Procrustes rotation onto the teacher.
+class _Passthrough(nn.Module):
+    """Stands in for the Dense head while the student's own (pre-head) embeddings are computed."""
+
+    def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return features
+
+
+@contextlib.contextmanager
+def head_bypassed(student):
+    """The student without its Dense head (the module is swapped back afterwards)."""
+    name = next(key for key, module in student._modules.items() if type(module).__name__ == "Dense")
+    head = student._modules[name]
+    student._modules[name] = _Passthrough()
+    try:
+        yield head
+    finally:
+        student._modules[name] = head
+
+
+def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, pairs: TokenizedPairs,
+                          n_pairs: int, batch_size: int) -> float:
+    """Start the student's Dense head (and the feature-distillation projection) in the teacher's space.
 
     The student's and the teacher's spaces are unrelated at the start (cosine ~0 between
     student(x) and teacher(x)), so plain MSE first drags every embedding towards the teacher's
     mean direction (the mean pairwise cosine of dev embeddings passes 0.97 within ~20 steps
-    on mE5) and translation accuracy drops before it recovers. A rotation R minimising
-    ||S R - T|| over student embeddings S of sources and translations and teacher vectors T of
-    the sources keeps every cosine of the student (same quality as the untrained student) while
-    starting in the teacher's space. Returns the MSE after alignment.
+    on mE5) and translation accuracy drops before it recovers. With S the student's own unit
+    embeddings of sources and translations and T the teacher vectors of the sources:
+
+    - head to the teacher's dimension (>= the student's): the orthogonal Procrustes map R
+      minimising ||S R - T|| (semi-orthogonal when the teacher is wider, e.g. 384 -> 768). It
+      keeps every cosine of the student, so training starts with the untrained student's quality
+      in the teacher's space;
+    - head to a smaller dimension k (LEALLA-style): the top-k principal axes of S (centred), the
+      rank-k map that keeps most of what tells embeddings apart; the projection of feature distillation (k -> teacher)
+      starts as the least-squares fit of the projected embeddings onto T.
+
+    Returns the MSE to the teacher after alignment (through the projection for a small head).
     """
     from xdistill.training.student import output_dense
 
-    head = output_dense(student)
     rows = np.linspace(0, len(pairs) - 1, num=min(n_pairs, len(pairs))).round().astype(int)
     ids = [pairs.src[i] for i in rows] + [pairs.tgt[i] for i in rows]
-    with torch.no_grad():
-        head.linear.weight.copy_(torch.eye(head.linear.weight.shape[0]))
-        head.linear.bias.zero_()
-    embedded = encode_token_ids(student, featurize, ids, batch_size).double()
+    with head_bypassed(student):
+        own = encode_token_ids(student, featurize, ids, batch_size).double()
     teacher = torch.cat([pairs.teacher[torch.as_tensor(rows)]] * 2).double()
-    u, _, vt = torch.linalg.svd(embedded.T @ teacher)
-    rotation = u @ vt  # y = x @ rotation
+    head = output_dense(student).linear
+    out_dim, in_dim = head.weight.shape
+    if out_dim >= in_dim:
+        if out_dim != teacher.shape[1]:
+            raise XdistillError(f"cannot align a {in_dim} -> {out_dim} head to a {teacher.shape[1]}-d teacher")
+        u, _, vt = torch.linalg.svd(own.T @ teacher, full_matrices=False)
+        mapping = u @ vt  # [in, out], y = x @ mapping
+        _set_linear(head, mapping.T, torch.zeros(out_dim, dtype=torch.float64))
+        return float(torch.mean((own @ mapping - teacher) ** 2))
+    # principal axes of the centred embeddings: the common direction every embedding shares
+    # (mE5's mean pairwise cosine is ~0.8) carries no information and gets no axis
+    _, _, vt = torch.linalg.svd(own - own.mean(dim=0), full_matrices=False)
+    axes = vt[:out_dim].T  # [in, k]
+    _set_linear(head, axes.T, torch.zeros(out_dim, dtype=torch.float64))
+    reduced = F.normalize(own @ axes, dim=-1)  # what the student now outputs (Normalize follows the head)
+    projection = getattr(objective, "projection", None)
+    if projection is None:
+        return float("nan")
+    design = torch.cat([reduced, torch.ones(len(reduced), 1, dtype=reduced.dtype)], dim=1)
+    ridge = 1e-4 * torch.eye(design.shape[1], dtype=design.dtype)
+    solution = torch.linalg.solve(design.T @ design + ridge, design.T @ teacher)  # [k + 1, teacher]
+    _set_linear(projection, solution[:-1].T, solution[-1])
+    return float(torch.mean((design @ solution - teacher) ** 2))
+
+
+def _set_linear(linear: nn.Linear, weight: torch.Tensor, bias: torch.Tensor) -> None:
     with torch.no_grad():
-        head.linear.weight.copy_(rotation.T.to(head.linear.weight.dtype))
-    return float(torch.mean((embedded @ rotation - teacher) ** 2))
+        linear.weight.copy_(weight.to(linear.weight.dtype))
+        linear.bias.copy_(bias.to(linear.bias.dtype))
 
 
 def check_collapse(metrics: dict[str, float], threshold: float, step: int) -> None:
@@ -425,7 +474,7 @@ def _train(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: st
 
     student_config = StudentConfig.from_params(student_spec, params.student, params.max_seq_length)
     ckpt.seed_everything(params.seed)
-    student = build_student(student_config, device=ctx.device, seed=params.seed)
+    student = build_student(student_config, device=ctx.device, seed=params.seed, teacher_dim=store.dimension)
     prompt = default_prompt(student)
     objective = build_objective(params.loss, student.get_embedding_dimension(), store.dimension).to(ctx.device)
     module = DistillationModule(student, objective)
@@ -457,8 +506,9 @@ def _train(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: st
             ckpt.clear_checkpoints(outputs.checkpoint_dir)
         ctx.barrier()
         if student_config.align_to_teacher:
-            mse = align_head_to_teacher(student, featurize, train, params.align_pairs, params.eval_batch_size)
-            logger.info("aligned the student's head to the teacher's space (Procrustes on %d pairs): mse %.6f",
+            mse = align_head_to_teacher(student, objective, featurize, train, params.align_pairs,
+                                        params.eval_batch_size)
+            logger.info("aligned the student's head to the teacher's space (%d pairs): mse %.6f",
                         min(params.align_pairs, len(train)), mse)
         # Each process draws its own dropout masks, reproducibly.
         ckpt.seed_everything(params.seed + 1000 * ctx.rank)
