@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine (see README.md):
 #   make run    create .venv, install everything, run the pipeline (`dvc repro`)
 #   make test   create .venv if needed, run the whole test suite
+#   make bench  the benchmarks (bench/, ours vs the reference side by side) -> BENCHMARKS.md
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -44,6 +45,6 @@ test: setup
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
 
-bench: setup
+bench: run
 	for script in bench/bench_*.py; do $(BIN)/python $$script || exit 1; done
 	$(BIN)/python bench/report.py

@@ -18,77 +18,17 @@ Target (issue 4): ours >= 1.0x the reference throughput.
 from __future__ import annotations
 
 import argparse
-import gzip
-import os
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import Row, Timing, peak_rss_mb, report_rows  # noqa: E402
+from common import alternate, peak_rss_mb, real_sentences, report_rows, throughput_row  # noqa: E402
 
 TEACHER = "pypi:all-minilm-l6-v2"
-TARGET = 1.0
 
-
-def mirror_dir() -> Path:
-    return Path(os.environ.get("XDISTILL_MIRROR", ROOT.parent / "shared" / "corpora")).resolve()
-
-
-def real_sentences(count: int) -> list[str]:
-    """Distinct English sentences: short Tatoeba and long WMT news ones, half each (interleaved)."""
-    from xdistill.data.normalize import normalize_text
-
-    train = mirror_dir() / "train"
-    sources = {
-        train / "tatoeba-challenge/tatoeba-challenge.minus-laser-test.en-de.tsv.gz": 0,
-        train / "wmt-newstest/newstest.en-de.tsv.gz": 1,
-    }
-    pools = []
-    for path, column in sources.items():
-        if not path.is_file():
-            sys.exit(f"error: {path}: corpora mirror file not found (set XDISTILL_MIRROR)")
-        with gzip.open(path, "rt", encoding="utf-8") as handle:
-            next(handle)
-            pool = dict.fromkeys(normalize_text(line.split("\t")[column]) for _, line in zip(range(count * 2), handle))
-            pools.append(list(pool))
-    mixed = list(dict.fromkeys(s for pair in zip(*pools) for s in pair if s))
-    if len(mixed) < count:
-        sys.exit(f"error: only {len(mixed)} distinct sentences available, asked for {count}")
-    return mixed[:count]
-
-
-def alternate(ours: Callable[[], object], reference: Callable[[], object], repeats: int) -> tuple[Timing, Timing]:
-    """Time both sides ``repeats`` times, alternating, so machine load drifts hit both alike."""
-    samples: dict[str, list[float]] = {"ours": [], "reference": []}
-    for _ in range(repeats):
-        for name, fn in (("reference", reference), ("ours", ours)):
-            start = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - start)
-    timings = [Timing(statistics.median(s), min(s), max(s), s) for s in (samples["ours"], samples["reference"])]
-    return timings[0], timings[1]
-
-
-def throughput_row(name: str, n: int, ours: Timing, reference: Timing, details: dict) -> Row:
-    def rate(t: Timing) -> str:
-        return f"{n / t.median:.0f} sent/s ({n / t.high:.0f}-{n / t.low:.0f})"
-
-    ratio = reference.median / ours.median
-    return Row(
-        benchmark=name,
-        ours=rate(ours),
-        reference=rate(reference),
-        ratio=f"{ratio:.2f}x",
-        target=f">= {TARGET:.1f}x",
-        passed=ratio >= TARGET,
-        details={**details, "ours_s": ours.samples, "reference_s": reference.samples},
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ Each script writes its rows to ``bench/results/<name>.json`` through :func:`save
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import platform
@@ -22,7 +23,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
 
 @dataclass
@@ -109,3 +111,59 @@ def report_rows(name: str, rows: list[Row], tiny: bool, json_path: str | Path | 
         print(f"wrote {save_rows(name, rows)}")
     if json_path:
         Path(json_path).write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n", encoding="utf-8")
+
+
+def mirror_dir() -> Path:
+    """The corpora mirror: ``XDISTILL_MIRROR``, else ``../shared/corpora`` next to the repository."""
+    return Path(os.environ.get("XDISTILL_MIRROR", REPO_ROOT.parent / "shared" / "corpora")).resolve()
+
+
+def real_sentences(count: int) -> list[str]:
+    """Distinct English sentences: short Tatoeba and long WMT news ones, half each (interleaved)."""
+    from xdistill.data.normalize import normalize_text
+
+    train = mirror_dir() / "train"
+    sources = {
+        train / "tatoeba-challenge/tatoeba-challenge.minus-laser-test.en-de.tsv.gz": 0,
+        train / "wmt-newstest/newstest.en-de.tsv.gz": 1,
+    }
+    pools = []
+    for path, column in sources.items():
+        if not path.is_file():
+            sys.exit(f"error: {path}: corpora mirror file not found (set XDISTILL_MIRROR)")
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            next(handle)
+            pool = dict.fromkeys(normalize_text(line.split("\t")[column]) for _, line in zip(range(count * 2), handle))
+            pools.append(list(pool))
+    mixed = list(dict.fromkeys(s for pair in zip(*pools) for s in pair if s))
+    if len(mixed) < count:
+        sys.exit(f"error: only {len(mixed)} distinct sentences available, asked for {count}")
+    return mixed[:count]
+
+
+def alternate(ours: Callable[[], object], reference: Callable[[], object], repeats: int) -> tuple[Timing, Timing]:
+    """Time both sides ``repeats`` times, alternating, so machine load drifts hit both alike."""
+    samples: dict[str, list[float]] = {"ours": [], "reference": []}
+    for _ in range(repeats):
+        for name, fn in (("reference", reference), ("ours", ours)):
+            start = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - start)
+    timings = [Timing(statistics.median(s), min(s), max(s), s) for s in (samples["ours"], samples["reference"])]
+    return timings[0], timings[1]
+
+
+def throughput_row(name: str, n: int, ours: Timing, reference: Timing, details: dict, target: float = 1.0) -> Row:
+    def rate(t: Timing) -> str:
+        return f"{n / t.median:.0f} sent/s ({n / t.high:.0f}-{n / t.low:.0f})"
+
+    ratio = reference.median / ours.median
+    return Row(
+        benchmark=name,
+        ours=rate(ours),
+        reference=rate(reference),
+        ratio=f"{ratio:.2f}x",
+        target=f">= {target:.2f}x",
+        passed=ratio >= target,
+        details={**details, "ours_s": ours.samples, "reference_s": reference.samples},
+    )

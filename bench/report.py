@@ -21,9 +21,13 @@ HEADER = """# Benchmarks
 
 Produced by `python bench/report.py` from `bench/results/*.json`; every row names the command that
 measured it. Each benchmark runs ours and the reference side by side in one run; times are medians of
-repeats with the min-max range in brackets. Targets come from issues 3, 4 and 5.
+repeats with the min-max range in brackets. Targets come from issues 2-5; `make bench` re-runs every script and this report.
 
 """
+
+
+# The pipeline's order: data, teacher, training, mining, inference, the whole pipeline.
+SECTION_ORDER = ["parallel", "teacher_embed", "train", "mining", "inference", "e2e"]
 
 
 def _verdict(passed: bool | None) -> str:
@@ -32,7 +36,9 @@ def _verdict(passed: bool | None) -> str:
 
 def render(results_dir: Path = RESULTS_DIR) -> str:
     parts = [HEADER]
-    for path in sorted(results_dir.glob("*.json")):
+    found = {path.stem: path for path in results_dir.glob("*.json")}
+    ordered = [found[name] for name in SECTION_ORDER if name in found]
+    for path in ordered + [found[name] for name in sorted(set(found) - set(SECTION_ORDER))]:
         data = json.loads(path.read_text(encoding="utf-8"))
         parts.append(f"## {data['name']}\n\n")
         parts.append(f"Command: `{data['command']}`  \nMachine: {data['machine']}; date: {data['date']}\n\n")

@@ -82,8 +82,9 @@ def run(cmd: list[str], cwd: Path, check: bool = True, timeout: float = 1800) ->
     return proc
 
 
-def make_pipeline_project(dest: Path, mirror: Path, overrides: dict[str, Any] | None = None) -> Path:
-    """Copy the pipeline into ``dest`` (a git + DVC repo, one commit) with tiny params."""
+def make_pipeline_project(dest: Path, mirror: Path, overrides: dict[str, Any] | None = None,
+                          tiny: bool = True) -> Path:
+    """Copy the pipeline into ``dest`` (a git + DVC repo, one commit), with tiny params unless ``tiny`` is False."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy2(REPO_ROOT / "dvc.yaml", dest / "dvc.yaml")
     shutil.copytree(REPO_ROOT / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
@@ -94,7 +95,8 @@ def make_pipeline_project(dest: Path, mirror: Path, overrides: dict[str, Any] | 
         elif source.is_file():
             shutil.copy2(source, dest / extra)
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
-    params = deep_merge(params, TINY_PARAMS)
+    if tiny:
+        params = deep_merge(params, TINY_PARAMS)
     params = deep_merge(params, {"corpora": {"mirror": str(mirror)}})
     params = deep_merge(params, overrides or {})
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")

