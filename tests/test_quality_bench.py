@@ -1,0 +1,79 @@
+"""bench/quality.py runs end to end at a tiny size: a member through the distill flow, exported, reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline_project import make_pipeline_project, pipeline_env
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def markdown_table_after(text: str, heading: str) -> dict[str, dict[str, str]]:
+    """``{row: {column: cell}}`` of the first Markdown table after ``heading``."""
+    after = text.split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(after) if line.startswith("|"))
+    end = next((i for i in range(start, len(after)) if not after[i].startswith("|")), len(after))
+    lines = after[start:end]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(header[1:], cells[1:], strict=True))
+    return rows
+
+
+@pytest.mark.slow
+def test_quality_run_tiny_member_registers_exports_and_reports(tmp_path: Path, mirror_dir: Path) -> None:
+    project = make_pipeline_project(tmp_path / "project", mirror_dir)
+    config = tmp_path / "quality.yaml"
+    config.write_text(yaml.safe_dump({
+        "common": {"train.steps": 4},
+        "members": [{"name": "tiny-minilm", "label": "tiny student <- MiniLM",
+                     "overrides": {"models.teacher": "pypi:all-minilm-l6-v2"}},
+                    {"name": "never-run", "label": "not run"}],
+    }), encoding="utf-8")
+    results, output = tmp_path / "results", tmp_path / "RESULTS.md"
+    env = {**pipeline_env(), "PREFECT_HOME": str(tmp_path / "prefect"),
+           "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "quality.py"), "run", "--members", "tiny-minilm", "--config", str(config),
+         "--project", str(project), "--results", str(results), "--output", str(output)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+
+    member = results / "tiny-minilm"
+    run_info = json.loads((member / "run.json").read_text())
+    assert run_info["flow_result"]["promotion"]["decision"] == "promoted"  # the first version becomes champion
+    assert run_info["student"]["dimension"] == 384 and run_info["student"]["sentences_per_second"] > 0
+    assert yaml.safe_load((member / "params.yaml").read_text())["train"]["steps"] == 4
+    summary = json.loads((member / "metrics/eval/summary.json").read_text())
+    assert set(summary["models"]) == {"student", "student-untrained", "teacher"}
+    # the experiment is in the project, its params as run; the project's own params untouched
+    refs = subprocess.run(["git", "for-each-ref", "--format=%(refname)", "refs/exps"], cwd=project,
+                          capture_output=True, text=True, check=True).stdout
+    assert run_info["experiment"] in refs
+    assert yaml.safe_load((project / "params.yaml").read_text())["train"]["steps"] == 6
+    assert not list(project.parent.glob(f".{project.name}-exp-*"))  # workspace removed
+
+    report = output.read_text()
+    assert "## STS17" in report and "mUSE (R&G 2020, T1/T2)" in report and "Members not run yet: never-run" in report
+    table = markdown_table_after(report, "## Summary")
+    assert float(table["Tatoeba average (training languages)"]["tiny student <- MiniLM"]) == pytest.approx(
+        summary["tatoeba_average"], abs=0.05)
+    assert float(table["primary score (mean of STS17 and Tatoeba averages)"]["teacher MiniLM-L6 (English)"]) == \
+        pytest.approx(summary["models"]["teacher"]["primary_score"], abs=0.05)
+    # report alone rebuilds the same file from the exports
+    os.remove(output)
+    again = subprocess.run([sys.executable, str(ROOT / "bench" / "quality.py"), "report", "--config", str(config),
+                            "--results", str(results), "--output", str(output)], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert output.read_text() == report
