@@ -79,12 +79,9 @@ def project_root(path: str | None = None) -> Path:
 
 def tool_env(**extra: str) -> dict[str, str]:
     """Environment for child processes: this interpreter's bin first, every tool offline."""
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.update(DVC_NO_ANALYTICS="1", MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    env.update(extra)
-    return env
+    from xdistill.env import child_env
+
+    return child_env(**extra)
 
 
 def run_checked(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:

@@ -48,20 +48,10 @@ class LocalStack:
 
     def env(self) -> dict[str, str]:
         """Environment of every Prefect client of this stack (CLI, workers, flows)."""
-        env = dict(os.environ)
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        env.update(
-            PREFECT_HOME=str(self.home),
-            PREFECT_API_URL=self.api_url,
-            PREFECT_SERVER_ANALYTICS_ENABLED="false",
-            PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90",
-            DO_NOT_TRACK="true",
-            DVC_NO_ANALYTICS="1",
-            MLFLOW_DISABLE_TELEMETRY="true",
-            HF_HUB_OFFLINE="1",
-            TRANSFORMERS_OFFLINE="1",
-        )
-        return env
+        from xdistill.env import child_env
+
+        return child_env(PREFECT_HOME=str(self.home), PREFECT_API_URL=self.api_url,
+                         PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90")
 
     def _log(self, name: str):  # noqa: ANN202 - a file object or DEVNULL
         if self.log_dir is None:

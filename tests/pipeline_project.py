@@ -8,17 +8,14 @@ DVC workspace, so tests never touch the repository's own dvc.lock, data or MLflo
 from __future__ import annotations
 
 import copy
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-BIN_DIR = Path(sys.executable).parent
 
 # Overrides of params.yaml that keep a whole `dvc repro` to a couple of minutes on 2 cores.
 TINY_PARAMS: dict[str, Any] = {
@@ -59,17 +56,9 @@ def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any
 
 def pipeline_env() -> dict[str, str]:
     """Environment for subprocesses: the venv's bin first, every tool offline."""
-    env = dict(os.environ)
-    env["PATH"] = f"{BIN_DIR}{os.pathsep}{env.get('PATH', '')}"
-    env.update(
-        DVC_NO_ANALYTICS="1",
-        MLFLOW_DISABLE_TELEMETRY="true",
-        DO_NOT_TRACK="true",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-    )
-    return env
+    from xdistill.env import child_env
+
+    return child_env()
 
 
 def run(cmd: list[str], cwd: Path, check: bool = True, timeout: float = 1800) -> subprocess.CompletedProcess[str]:

@@ -9,6 +9,8 @@ with network access can override any of them by exporting the variable first.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 OFFLINE_DEFAULTS: dict[str, str] = {
     "HF_HUB_OFFLINE": "1",
@@ -26,3 +28,17 @@ def keep_tools_offline() -> None:
     """Set the offline/telemetry variables unless the user already chose a value."""
     for name, value in OFFLINE_DEFAULTS.items():
         os.environ.setdefault(name, value)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """Environment for the tools this project starts (dvc, xdistill, prefect, mlflow).
+
+    This interpreter's ``bin`` folder first on ``PATH`` (so a child finds the same environment's
+    tools), every tool offline (:data:`OFFLINE_DEFAULTS` override the parent's values, since a
+    child must never try the network), then ``extra``.
+    """
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(OFFLINE_DEFAULTS)
+    env.update(extra)
+    return env
