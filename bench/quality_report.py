@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from xdistill.evaluation.report import markdown_table
+from xdistill.evaluation.sts import STS17_TRACKS
 
 # Published figures beside ours, each with where it comes from and how its protocol differs.
 PUBLISHED: dict[str, dict[str, Any]] = {
@@ -124,8 +125,11 @@ def merged_columns(members: list[tuple[dict[str, Any], dict[str, Any]]], benchma
     return columns
 
 
-def ordered_rows(columns: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def ordered_rows(columns: Mapping[str, Mapping[str, Any]], benchmark: str) -> list[str]:
+    """Rows in the benchmark's own order (STS17: the official track order), averages last."""
     rows = list(dict.fromkeys(row for values in columns.values() for row in values))
+    if benchmark == "sts17":
+        rows = [t for t in STS17_TRACKS if t in rows] + [r for r in rows if r not in STS17_TRACKS]
     return [r for r in rows if not r.startswith("average")] + [r for r in rows if r.startswith("average")]
 
 
@@ -147,7 +151,7 @@ def benchmark_section(members: list[tuple[dict[str, Any], dict[str, Any]]], benc
     published = PUBLISHED.get(benchmark, {})
     for name, values in published.get("columns", {}).items():
         columns[name] = dict(values)
-    text = f"## {title}\n\n{markdown_table(ordered_rows(columns), columns)}"
+    text = f"## {title}\n\n{markdown_table(ordered_rows(columns, benchmark), columns)}"
     if published.get("note"):
         text += f"\n{published['note']}\n"
     return text + "\n"
