@@ -50,6 +50,19 @@ def test_each_step_counted_in_chain_order():
     assert len(cleaner.examples["contaminated"]) == 1 and "Ich mag Tee." in cleaner.examples["contaminated"][0]
 
 
+def test_length_ratio_counts_cjk_characters_as_three():
+    from xdistill.data.clean import ratio_length
+
+    assert ratio_length("Hello") == 5 and ratio_length("Grüße") == 5 and ratio_length("我喜欢猫。") == 13
+    # real Tatoeba en-zh pairs: a character ratio of ~3-4 is normal for Chinese; only a real mismatch goes
+    pairs = [("zh", "I like to read books in the evening.", "我晚上喜欢看书。"),          # 36 vs 8 chars
+             ("zh", "Where is the nearest train station?", "最近的火车站在哪里？"),       # 35 vs 10 chars
+             ("zh", "Tom was very tired after working all day long in the field.", "汤姆。")]
+    cleaner, kept = run_chain(pairs, max_length_ratio=3.0, ratio_min_chars=12)
+    assert [t[2] for t in kept] == ["我晚上喜欢看书。", "最近的火车站在哪里？"]
+    assert cleaner.counts[("toy", "zh")].dropped["length_ratio"] == 1
+
+
 def test_length_ratio_boundary_and_source_side_contamination():
     pairs = [("de", "a" * 12, "b" * 4), ("de", "c" * 13, "d" * 4), ("de", "The eval sentence.", "Der Satz.")]
     cleaner, kept = run_chain(pairs, evaluation={"The eval sentence."}, max_length_ratio=3.0, ratio_min_chars=12)

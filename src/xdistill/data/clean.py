@@ -5,8 +5,10 @@
 3. ``too_long``     either side over ``max_chars`` characters, or over ``max_tokens`` tokens of the
                     student's tokenizer (when a tokenizer is configured)
 4. ``untranslated`` the translation is a copy of the source (case-insensitive)
-5. ``length_ratio`` longer/shorter side in characters above ``max_length_ratio`` (pairs whose
-                    longer side is under ``ratio_min_chars`` are exempt: word pairs, short replies)
+5. ``length_ratio`` longer/shorter side above ``max_length_ratio``, lengths in Latin-character
+                    equivalents (:func:`ratio_length`: a CJK character counts as 3, so Chinese and
+                    Japanese are not dropped for being short); pairs whose longer side is under
+                    ``ratio_min_chars`` are exempt: word pairs, short replies
 6. ``duplicate``    exact (source, translation) pair seen before, in any source (Bloom filter of fixed
                     size, so memory stays flat however long the input; see :class:`SeenPairs`)
 7. ``language_id``  optional: the translation is confidently (``lid_min_confidence``) identified as
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +39,18 @@ log = logging.getLogger(__name__)
 STEPS = ("normalize", "empty", "too_long", "untranslated", "length_ratio", "duplicate", "language_id", "contaminated")
 DROP_STEPS = STEPS[1:]
 EXAMPLES_PER_STEP = 3
+# Han, kana, Hangul syllables and full-width forms: one such character carries about as much as
+# three Latin characters do (English/Chinese parallel text runs ~3:1 in characters), so the length
+# ratio test measures them as CJK_WIDTH characters.
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+CJK_WIDTH = 3
+
+
+def ratio_length(text: str) -> int:
+    """Length for the length-ratio test: characters, a CJK character counting :data:`CJK_WIDTH`."""
+    if text.isascii():
+        return len(text)
+    return len(text) + (CJK_WIDTH - 1) * len(_CJK.findall(text))
 
 
 @dataclass
@@ -239,7 +254,8 @@ class Cleaner:
             ):
                 drop(counts, "untranslated", corpus, lang, source, translation)
                 continue
-            longer, shorter = (len_s, len_t) if len_s >= len_t else (len_t, len_s)
+            ratio_s, ratio_t = ratio_length(source), ratio_length(translation)
+            longer, shorter = (ratio_s, ratio_t) if ratio_s >= ratio_t else (ratio_t, ratio_s)
             if max_ratio and longer >= ratio_min and longer > max_ratio * shorter:
                 drop(counts, "length_ratio", corpus, lang, source, translation)
                 continue
