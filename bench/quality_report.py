@@ -70,6 +70,8 @@ SUMMARY_ROWS = [
     ("mining_flores_f1", "FLORES BUCC-style mining F1"),
     ("dev_accuracy", "held-out dev translation accuracy"),
 ]
+# Rows that have a natural order (else: as the metrics files list them).
+ROW_ORDER = {"sts17": list(STS17_TRACKS), "language_bias": ["expected", "actual", "difference"]}
 BENCHMARK_SECTIONS = [
     ("sts17", "STS17 (SemEval-2017 official tracks), Spearman x 100"),
     ("sts_crosslingual", "Cross-lingual STSb (stsb-multi-mt test, English s1 + translated s2 and the reverse), Spearman x 100"),
@@ -128,8 +130,8 @@ def merged_columns(members: list[tuple[dict[str, Any], dict[str, Any]]], benchma
 def ordered_rows(columns: Mapping[str, Mapping[str, Any]], benchmark: str) -> list[str]:
     """Rows in the benchmark's own order (STS17: the official track order), averages last."""
     rows = list(dict.fromkeys(row for values in columns.values() for row in values))
-    if benchmark == "sts17":
-        rows = [t for t in STS17_TRACKS if t in rows] + [r for r in rows if r not in STS17_TRACKS]
+    first = ROW_ORDER.get(benchmark, [])
+    rows = [r for r in first if r in rows] + [r for r in rows if r not in first]
     return [r for r in rows if not r.startswith("average")] + [r for r in rows if r.startswith("average")]
 
 
