@@ -159,6 +159,28 @@ def benchmark_section(members: list[tuple[dict[str, Any], dict[str, Any]]], benc
     return text + "\n"
 
 
+DELTA_KEYS = [("sts17_crosslingual_average", "STS17 cross-lingual"), ("sts17_monolingual_average", "STS17 monolingual"),
+              ("sts_crosslingual_average", "STSb cross-lingual"), ("tatoeba_average", "Tatoeba"),
+              ("mining_flores_f1", "mining F1"), ("primary_score", "primary score")]
+
+
+def deltas_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+    """Each student against the untrained student, computed from the summary metrics."""
+    lines = ["## Each student against the untrained student", "",
+             "Differences in points (student minus untrained mE5-small), from the summary metrics above; "
+             "the language bias is shown as untrained -> student (0 = no bias).", ""]
+    for spec, data in members:
+        models = (data["eval"].get("summary") or {}).get("models", {})
+        student, base = models.get("student"), models.get("student-untrained")
+        if not student or not base:
+            continue
+        parts = [f"{title} {student[key] - base[key]:+.1f}" for key, title in DELTA_KEYS
+                 if student.get(key) is not None and base.get(key) is not None]
+        bias = f"language bias {base['language_bias_difference']:.1f} -> {student['language_bias_difference']:.1f}"
+        lines.append(f"- **{spec.get('label', spec['name'])}**: {', '.join(parts)}, {bias}.")
+    return "\n".join(lines) + "\n\n"
+
+
 def students_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     lines = ["## The students: training, size and speed", "",
              "| student | teacher | steps x batch | train pairs | dev acc initial -> best | dev MSE initial -> best "
@@ -238,7 +260,8 @@ def render(config: Mapping[str, Any], results: Path) -> str:
     ]
     if missing:
         header += [f"Members not run yet: {', '.join(missing)}.", ""]
-    parts = ["\n".join(header) + "\n", "## Summary\n\n" + summary_table(members) + "\n", students_section(members)]
+    parts = ["\n".join(header) + "\n", "## Summary\n\n" + summary_table(members) + "\n", deltas_section(members),
+             students_section(members)]
     parts += [benchmark_section(members, name, title) for name, title in BENCHMARK_SECTIONS]
     parts += [data_section(members), params_section(config, members)]
     return "".join(parts)
