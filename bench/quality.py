@@ -2,6 +2,7 @@
 
     python bench/quality.py run                      # every member of bench/quality.yaml, then RESULTS.md
     python bench/quality.py run --members quality-minilm
+    python bench/quality.py tatoeba-all              # Tatoeba over all 112 languages, per model (resumable)
     python bench/quality.py report                   # RESULTS.md from bench/results/quality/
 
 Each member of ``bench/quality.yaml`` is one run of the ``distill`` Prefect flow (flows/distill.py):
@@ -11,6 +12,11 @@ After each member this script copies the experiment's metrics (from the experime
 facts about its exported student (dimension, size, encoding speed) into
 ``bench/results/quality/<member>/``, so ``report`` (bench/quality_report.py) can rebuild
 RESULTS.md from committed files at any time.
+
+``tatoeba-all`` scores each registered student (loaded from the MLflow model version its run
+registered), the untrained student and mUSE on every language of the LASER Tatoeba test set,
+the protocol of LEALLA's and LASER's 112-language averages; one JSON per model in
+``bench/results/quality/tatoeba_all/``, so an interrupted run resumes with the next model.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
-from common import machine_summary  # noqa: E402
+from common import machine_summary, mirror_dir  # noqa: E402
 
 CONFIG = REPO_ROOT / "bench" / "quality.yaml"
 RESULTS = REPO_ROOT / "bench" / "results" / "quality"
@@ -38,6 +44,7 @@ RESULTS = REPO_ROOT / "bench" / "results" / "quality"
 EXPORTED_FILES = ["params.yaml", "metrics/train.json", "metrics/data_report.json", "metrics/register.json"]
 EXPORTED_DIRS = ["metrics/eval"]
 SPEED_SENTENCES = 512  # FLORES English sentences encoded to time each exported student
+TATOEBA_ALL = "tatoeba_all"  # results subfolder of the 112-language Tatoeba scores
 
 
 def load_config(path: Path) -> dict[str, Any]:
@@ -114,6 +121,56 @@ def student_facts(student_dir: Path, raw_dir: Path) -> dict[str, Any]:
     }
 
 
+def tatoeba_models(config: dict[str, Any], results: Path, project: Path) -> dict[str, str]:
+    """``{key: model folder or spec}``: each exported member's registered student, then the baselines."""
+    import mlflow
+
+    models: dict[str, str] = {}
+    baselines: dict[str, str] = {}
+    for member in config["members"]:
+        folder = results / member["name"]
+        if not (folder / "run.json").is_file():
+            continue
+        run_info = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+        params = yaml.safe_load((folder / "params.yaml").read_text(encoding="utf-8"))
+        tracking_uri = params["register"]["tracking_uri"]
+        if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:////"):
+            tracking_uri = f"sqlite:///{project / tracking_uri.removeprefix('sqlite:///')}"  # relative to the project
+        client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+        uri = client.get_model_version_download_uri(params["register"]["model_name"],
+                                                    run_info["flow_result"]["model_version"])
+        local = mlflow.artifacts.download_artifacts(artifact_uri=uri)  # a local store: its own folder, no copy
+        models[member["name"]] = str(Path(local) / "model.sentence_transformer")
+        baselines.setdefault("student-untrained", params["models"]["student"])
+        if params["evaluate"].get("muse"):
+            baselines.setdefault("muse", "pypi:muse")
+    return {**models, **baselines}
+
+
+def run_tatoeba_all(models: dict[str, str], tatoeba_dir: Path, out_dir: Path, *,
+                    codes: list[str] | None = None, max_pairs: int | None = None) -> None:
+    """Tatoeba accuracy of each model on every language (or ``codes``); skips models already scored."""
+    from xdistill.evaluation.encoding import CachedEncoder
+    from xdistill.evaluation.tatoeba import available_codes, evaluate_tatoeba
+    from xdistill.models.encoders import load_encoder
+
+    codes = codes or available_codes(tatoeba_dir)
+    for key, spec in models.items():
+        target = out_dir / f"{key}.json"
+        done = json.loads(target.read_text(encoding="utf-8")) if target.is_file() else {}
+        if done.get("languages") == codes and done.get("max_pairs") == max_pairs:
+            print(f"{key}: already scored ({target})")
+            continue
+        print(f"{key}: Tatoeba, {len(codes)} languages ({spec})", flush=True)
+        started = time.monotonic()
+        per_language = evaluate_tatoeba(CachedEncoder(load_encoder(spec), show_progress_bar=True), tatoeba_dir,
+                                        codes, max_pairs=max_pairs)
+        write_json(target, {"model": spec, "languages": codes, "max_pairs": max_pairs,
+                            "average": sum(r["average"] for r in per_language.values()) / len(per_language),
+                            "scores": per_language, "seconds": round(time.monotonic() - started),
+                            "machine": machine_summary(), "command": "python bench/quality.py tatoeba-all"})
+
+
 def write_report(config: dict[str, Any], results: Path, output: Path) -> None:
     from quality_report import write_results  # the table layout lives in its own module
 
@@ -136,6 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--project", type=Path, default=REPO_ROOT, help="the project checkout (a git + DVC repo)")
     run.add_argument("--results", type=Path, default=RESULTS)
     run.add_argument("--output", type=Path, default=REPO_ROOT / "RESULTS.md")
+    tatoeba = sub.add_parser("tatoeba-all", help="Tatoeba over all its languages for every model, then RESULTS.md")
+    tatoeba.add_argument("--config", type=Path, default=CONFIG)
+    tatoeba.add_argument("--project", type=Path, default=REPO_ROOT, help="the project the MLflow store is relative to")
+    tatoeba.add_argument("--results", type=Path, default=RESULTS)
+    tatoeba.add_argument("--output", type=Path, default=REPO_ROOT / "RESULTS.md")
+    tatoeba.add_argument("--mirror", type=Path, default=None,
+                         help="the corpora mirror (default: XDISTILL_MIRROR, else ../shared/corpora)")
+    tatoeba.add_argument("--codes", nargs="+", default=None, help="Tatoeba language codes (default: all)")
+    tatoeba.add_argument("--max-pairs", type=int, default=None, help="first N pairs per language (default: all)")
+    tatoeba.add_argument("--only", nargs="+", default=None, help="model keys (member names, student-untrained, muse)")
     report = sub.add_parser("report", help="write RESULTS.md from the exported results")
     report.add_argument("--results", type=Path, default=RESULTS)
     report.add_argument("--config", type=Path, default=CONFIG)
@@ -153,6 +220,13 @@ def main(argv: list[str] | None = None) -> int:
                 info = run_member(args.project.resolve(), config, member, args.results)
                 print(f"{member['name']}: {json.dumps(info['flow_result'].get('promotion', {}))}")
                 write_report(config, args.results, args.output)
+    elif args.command == "tatoeba-all":
+        models = tatoeba_models(config, args.results, args.project.resolve())
+        if args.only:
+            models = {key: spec for key, spec in models.items() if key in args.only}
+        run_tatoeba_all(models, (args.mirror or mirror_dir()) / "eval" / "tatoeba-laser", args.results / TATOEBA_ALL,
+                        codes=args.codes, max_pairs=args.max_pairs)
+        write_report(config, args.results, args.output)
     else:
         write_report(config, args.results, args.output)
     print(f"wrote {args.output}")

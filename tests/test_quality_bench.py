@@ -77,3 +77,28 @@ def test_quality_run_tiny_member_registers_exports_and_reports(tmp_path: Path, m
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert output.read_text() == report
+
+    # tatoeba-all: the registered student (from the MLflow store) and the untrained one on chosen languages
+    codes = ["deu", "fra", "cmn"]
+
+    def tatoeba_all() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "quality.py"), "tatoeba-all", "--config", str(config), "--project",
+             str(project), "--results", str(results), "--output", str(output), "--mirror", str(mirror_dir),
+             "--codes", *codes, "--max-pairs", "12"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+
+    scored = tatoeba_all()
+    assert scored.returncode == 0, scored.stdout[-3000:] + scored.stderr[-5000:]
+    tatoeba = {p.stem: json.loads(p.read_text()) for p in (results / "tatoeba_all").glob("*.json")}
+    assert set(tatoeba) == {"tiny-minilm", "student-untrained"}
+    for result in tatoeba.values():
+        assert result["languages"] == codes and set(result["scores"]) == set(codes)
+        assert all(r["n"] == 12 and 0.0 <= r["average"] <= 100.0 for r in result["scores"].values())
+    # four training steps barely move the student: its Tatoeba scores stay close to the untrained model's
+    assert abs(tatoeba["tiny-minilm"]["average"] - tatoeba["student-untrained"]["average"]) < 15.0
+    table = markdown_table_after(output.read_text(), "## Tatoeba, all languages")
+    assert float(table["average, all 3 languages"]["tiny student <- MiniLM"]) == pytest.approx(
+        tatoeba["tiny-minilm"]["average"], abs=0.05)
+    rerun = tatoeba_all()  # resumable: models already scored on these languages are skipped
+    assert rerun.returncode == 0 and rerun.stdout.count("already scored") == 2, rerun.stdout + rerun.stderr[-2000:]
