@@ -186,9 +186,11 @@ def deltas_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def tatoeba_all_section(members: list[tuple[dict[str, Any], dict[str, Any]]], results: Path) -> str:
+def tatoeba_all_section(members: list[tuple[dict[str, Any], dict[str, Any]]], results: Path, output_dir: Path) -> str:
     """The 112-language Tatoeba table (``bench/quality.py tatoeba-all``), beside LEALLA's published averages."""
-    scored = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted((results / TATOEBA_ALL).glob("*.json"))}
+    files = {p.stem: p for p in (results / TATOEBA_ALL).glob("*.json")}
+    keys = [spec["name"] for spec, _ in members] + ["student-untrained", "muse"]  # the columns' order
+    scored = {key: json.loads(files[key].read_text(encoding="utf-8")) for key in keys if key in files}
     if not scored:
         return ""
     data0 = members[0][1]
@@ -197,9 +199,7 @@ def tatoeba_all_section(members: list[tuple[dict[str, Any], dict[str, Any]]], re
     count = max(len(r["scores"]) for r in scored.values())
     rows = [f"average, all {count} languages", "average, the training languages", "average, the other languages"]
     columns: dict[str, dict[str, Any]] = {}
-    for key in [spec["name"] for spec, _ in members] + ["student-untrained", "muse"]:
-        if key not in scored:
-            continue
+    for key in scored:
         per_language = {code: r["average"] for code, r in scored[key]["scores"].items()}
         inside = [v for c, v in per_language.items() if c in trained]
         outside = [v for c, v in per_language.items() if c not in trained]
@@ -207,14 +207,29 @@ def tatoeba_all_section(members: list[tuple[dict[str, Any], dict[str, Any]]], re
                                rows[2]: _mean(outside)}
     for name, value in PUBLISHED_TATOEBA_ALL.items():
         columns[name] = {"average, all 112 languages": value}
-    commands = sorted({r["command"] for r in scored.values()})
+    plot = tatoeba_all_plot(scored, names, results / f"{TATOEBA_ALL}.png")
+    commands = "; ".join(f"`{c}`" for c in sorted({r["command"] for r in scored.values()}))
+    limits = {r.get("max_pairs") for r in scored.values()}
+    pairs = "every pair" if limits == {None} else f"at most {max(n for n in limits if n)} pairs"
     minutes = ", ".join(f"{names.get(k, k)} {r['seconds'] / 60:.0f} min" for k, r in scored.items())
     return (f"## Tatoeba, all languages of the LASER test set, accuracy % (average of both directions)\n\n"
             f"{markdown_table(rows, columns)}\n"
-            f"Command: {'; '.join(f'`{c}`' for c in commands)} (every pair of every language; {minutes} on the "
-            "2-core CPU). Training languages: the nine of the run, whose Tatoeba sentences are removed from "
-            "the training data by decontamination. Published columns: TF Hub model cards of LEALLA (Mao & "
-            "Nakagawa 2023), the same test set and metric over its 112 languages.\n\n")
+            f"Command: {commands} ({pairs} of each language; {minutes} on the 2-core CPU). Training languages: "
+            f"{', '.join(sorted(trained))} (their Tatoeba test sentences are removed from the training data by "
+            "decontamination). Published columns: TF Hub model cards of LEALLA (Mao & Nakagawa 2023), the same "
+            "test set and metric over its 112 languages.\n\n"
+            f"![Tatoeba accuracy per language]({os.path.relpath(plot, output_dir)})\n\n")
+
+
+def tatoeba_all_plot(scored: Mapping[str, Mapping[str, Any]], names: Mapping[str, str], path: Path) -> Path:
+    """Per-language accuracy of every scored model, languages ranked by the first model's score."""
+    from xdistill.evaluation.plots import ranked_lines
+
+    codes = sorted({code for result in scored.values() for code in result["scores"]})
+    series = {names.get(key, key): [result["scores"].get(code, {}).get("average") for code in codes]
+              for key, result in scored.items()}
+    return ranked_lines(codes, series, "Tatoeba (LASER test set), accuracy per language",
+                        "accuracy % (both directions)", path)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -279,7 +294,7 @@ def params_section(config: Mapping[str, Any], members: list[tuple[dict[str, Any]
     return "\n".join(lines) + "\n\n"
 
 
-def render(config: Mapping[str, Any], results: Path) -> str:
+def render(config: Mapping[str, Any], results: Path, output_dir: Path) -> str:
     members = [(spec, load_member(results / spec["name"])) for spec in config["members"]
                if (results / spec["name"] / "run.json").is_file()]
     if not members:
@@ -305,13 +320,13 @@ def render(config: Mapping[str, Any], results: Path) -> str:
     for name, title in BENCHMARK_SECTIONS:
         parts.append(benchmark_section(members, name, title))
         if name == "tatoeba":
-            parts.append(tatoeba_all_section(members, results))
+            parts.append(tatoeba_all_section(members, results, output_dir))
     parts += [data_section(members), params_section(config, members)]
     return "".join(parts)
 
 
 def write_results(config: Mapping[str, Any], results: Path, output: Path) -> Path:
     tmp = output.with_suffix(".md.tmp")
-    tmp.write_text(render(config, results), encoding="utf-8")
+    tmp.write_text(render(config, results, output.parent), encoding="utf-8")
     os.replace(tmp, output)
     return output

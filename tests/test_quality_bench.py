@@ -107,5 +107,7 @@ def test_quality_run_tiny_member_registers_exports_and_reports(tmp_path: Path, m
         tatoeba["tiny-minilm"]["average"], abs=0.05)
     assert float(table["average, the other languages"]["tiny student <- MiniLM"]) == pytest.approx(
         tatoeba["tiny-minilm"]["scores"]["fra"]["average"], abs=0.05)
+    assert (results / "tatoeba_all.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the per-language plot,
+    assert "](results/tatoeba_all.png)" in output.read_text()  # linked from RESULTS.md
     rerun = tatoeba_all()  # resumable: models already scored on these languages are skipped
     assert rerun.returncode == 0 and rerun.stdout.count("already scored") == 2, rerun.stdout + rerun.stderr[-2000:]

@@ -40,6 +40,29 @@ def grouped_bars(groups: list[str], series: Mapping[str, list[float | None]], ti
     return _save(figure, path)
 
 
+def ranked_lines(groups: list[str], series: Mapping[str, list[float | None]], title: str, ylabel: str,
+                 path: Path) -> Path:
+    """Many groups (e.g. 112 languages) ordered by the first series, high to low, one line per model.
+
+    Bars stop being readable past a few dozen groups; a ranked profile shows where each model
+    gains or loses against the first one at a glance.
+    """
+    reference = next(iter(series.values()))
+    order = sorted(range(len(groups)), key=lambda i: -(reference[i] if reference[i] is not None else -1.0))
+    figure, axis = plt.subplots(figsize=(max(8.0, 0.12 * len(groups) + 2), 4.5))
+    positions = np.arange(len(groups))
+    for label, values in series.items():
+        heights = [np.nan if values[i] is None else values[i] for i in order]
+        axis.plot(positions, heights, marker="o", markersize=2.5, linewidth=0.9, label=label)
+    axis.set_xticks(positions, [groups[i] for i in order], rotation=90, fontsize=5)
+    axis.set_xlim(-1, len(groups))
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.legend(fontsize="small")
+    axis.grid(alpha=0.3)
+    return _save(figure, path)
+
+
 def bars_from_scores(all_results: Mapping[str, Mapping[str, Any]], benchmark: str, key: str | None,
                      title: str, ylabel: str, path: Path) -> Path | None:
     """Bars of ``scores[group]`` (or ``scores[group][key]``) for each group any model has."""
