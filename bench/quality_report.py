@@ -165,12 +165,14 @@ def benchmark_section(members: list[tuple[dict[str, Any], dict[str, Any]]], benc
 
 
 DELTA_KEYS = [("sts17_crosslingual_average", "STS17 cross-lingual"), ("sts17_monolingual_average", "STS17 monolingual"),
-              ("sts_crosslingual_average", "STSb cross-lingual"), ("tatoeba_average", "Tatoeba"),
+              ("sts_crosslingual_average", "STSb cross-lingual"), ("tatoeba_average", "Tatoeba (training languages)"),
               ("mining_flores_f1", "mining F1"), ("primary_score", "primary score")]
 
 
-def deltas_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
-    """Each student against the untrained student, computed from the summary metrics."""
+def deltas_section(members: list[tuple[dict[str, Any], dict[str, Any]]], results: Path) -> str:
+    """Each student against the untrained student, computed from the summary metrics (and tatoeba-all)."""
+    tatoeba_all = {p.stem: json.loads(p.read_text(encoding="utf-8"))["average"]
+                   for p in (results / TATOEBA_ALL).glob("*.json")}
     lines = ["## Each student against the untrained student", "",
              "Differences in points (student minus untrained mE5-small), from the summary metrics above; "
              "the language bias is shown as untrained -> student (0 = no bias).", ""]
@@ -181,6 +183,8 @@ def deltas_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
             continue
         parts = [f"{title} {student[key] - base[key]:+.1f}" for key, title in DELTA_KEYS
                  if student.get(key) is not None and base.get(key) is not None]
+        if spec["name"] in tatoeba_all and "student-untrained" in tatoeba_all:
+            parts.append(f"Tatoeba all languages {tatoeba_all[spec['name']] - tatoeba_all['student-untrained']:+.1f}")
         bias = f"language bias {base['language_bias_difference']:.1f} -> {student['language_bias_difference']:.1f}"
         lines.append(f"- **{spec.get('label', spec['name'])}**: {', '.join(parts)}, {bias}.")
     return "\n".join(lines) + "\n\n"
@@ -315,7 +319,7 @@ def render(config: Mapping[str, Any], results: Path, output_dir: Path) -> str:
     ]
     if missing:
         header += [f"Members not run yet: {', '.join(missing)}.", ""]
-    parts = ["\n".join(header) + "\n", "## Summary\n\n" + summary_table(members) + "\n", deltas_section(members),
+    parts = ["\n".join(header) + "\n", "## Summary\n\n" + summary_table(members) + "\n", deltas_section(members, results),
              students_section(members)]
     for name, title in BENCHMARK_SECTIONS:
         parts.append(benchmark_section(members, name, title))
