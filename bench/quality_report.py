@@ -212,6 +212,8 @@ def tatoeba_all_section(members: list[tuple[dict[str, Any], dict[str, Any]]], re
     for name, value in PUBLISHED_TATOEBA_ALL.items():
         columns[name] = {"average, all 112 languages": value}
     plot = tatoeba_all_plot(scored, names, results / f"{TATOEBA_ALL}.png")
+    shift = _other_languages_shift(columns, [names[key] for key in scored if key in {s["name"] for s, _ in members}],
+                                   names["student-untrained"], rows)
     commands = "; ".join(f"`{c}`" for c in sorted({r["command"] for r in scored.values()}))
     limits = {r.get("max_pairs") for r in scored.values()}
     pairs = "every pair" if limits == {None} else f"at most {max(n for n in limits if n)} pairs"
@@ -221,8 +223,26 @@ def tatoeba_all_section(members: list[tuple[dict[str, Any], dict[str, Any]]], re
             f"Command: {commands} ({pairs} of each language; {minutes} on the 2-core CPU). Training languages: "
             f"{', '.join(sorted(trained))} (their Tatoeba test sentences are removed from the training data by "
             "decontamination). Published columns: TF Hub model cards of LEALLA (Mao & Nakagawa 2023), the same "
-            "test set and metric over its 112 languages.\n\n"
+            f"test set and metric over its 112 languages.{shift}\n\n"
             f"![Tatoeba accuracy per language]({os.path.relpath(plot, output_dir)})\n\n")
+
+
+def _other_languages_shift(columns: Mapping[str, Mapping[str, Any]], students: list[str], untrained: str,
+                           rows: list[str]) -> str:
+    """A sentence on how distillation moved the languages it did not train on (computed, not typed)."""
+    if untrained not in columns or not students:
+        return ""
+    trained_shift = [columns[s][rows[1]] - columns[untrained][rows[1]] for s in students
+                     if columns[s][rows[1]] is not None and columns[untrained][rows[1]] is not None]
+    other_shift = [columns[s][rows[2]] - columns[untrained][rows[2]] for s in students
+                   if columns[s][rows[2]] is not None and columns[untrained][rows[2]] is not None]
+    if not trained_shift or not other_shift:
+        return ""
+    worse = "the languages outside training move down more" if _mean(other_shift) < _mean(trained_shift) \
+        else "the languages outside training fare no worse"
+    return (f" Against the untrained student, the distilled students move {min(trained_shift):+.1f} to "
+            f"{max(trained_shift):+.1f} points on the training languages and {min(other_shift):+.1f} to "
+            f"{max(other_shift):+.1f} on the languages they never saw: {worse}.")
 
 
 def tatoeba_all_plot(scored: Mapping[str, Mapping[str, Any]], names: Mapping[str, str], path: Path) -> Path:
