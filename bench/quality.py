@@ -37,6 +37,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
 from common import machine_summary, mirror_dir  # noqa: E402
+from quality_report import TATOEBA_ALL, write_results  # noqa: E402  (the table layout lives in its own module)
 
 CONFIG = REPO_ROOT / "bench" / "quality.yaml"
 RESULTS = REPO_ROOT / "bench" / "results" / "quality"
@@ -44,7 +45,6 @@ RESULTS = REPO_ROOT / "bench" / "results" / "quality"
 EXPORTED_FILES = ["params.yaml", "metrics/train.json", "metrics/data_report.json", "metrics/register.json"]
 EXPORTED_DIRS = ["metrics/eval"]
 SPEED_SENTENCES = 512  # FLORES English sentences encoded to time each exported student
-TATOEBA_ALL = "tatoeba_all"  # results subfolder of the 112-language Tatoeba scores
 
 
 def load_config(path: Path) -> dict[str, Any]:
@@ -125,6 +125,8 @@ def tatoeba_models(config: dict[str, Any], results: Path, project: Path) -> dict
     """``{key: model folder or spec}``: each exported member's registered student, then the baselines."""
     import mlflow
 
+    from xdistill.registry.store import client_for, resolve_tracking_uri
+
     models: dict[str, str] = {}
     baselines: dict[str, str] = {}
     for member in config["members"]:
@@ -133,10 +135,7 @@ def tatoeba_models(config: dict[str, Any], results: Path, project: Path) -> dict
             continue
         run_info = json.loads((folder / "run.json").read_text(encoding="utf-8"))
         params = yaml.safe_load((folder / "params.yaml").read_text(encoding="utf-8"))
-        tracking_uri = params["register"]["tracking_uri"]
-        if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:////"):
-            tracking_uri = f"sqlite:///{project / tracking_uri.removeprefix('sqlite:///')}"  # relative to the project
-        client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+        client = client_for(resolve_tracking_uri(params["register"]["tracking_uri"], project))
         uri = client.get_model_version_download_uri(params["register"]["model_name"],
                                                     run_info["flow_result"]["model_version"])
         local = mlflow.artifacts.download_artifacts(artifact_uri=uri)  # a local store: its own folder, no copy
@@ -151,6 +150,7 @@ def run_tatoeba_all(models: dict[str, str], tatoeba_dir: Path, out_dir: Path, *,
                     codes: list[str] | None = None, max_pairs: int | None = None) -> None:
     """Tatoeba accuracy of each model on every language (or ``codes``); skips models already scored."""
     from xdistill.evaluation.encoding import CachedEncoder
+    from xdistill.evaluation.metrics import mean_or_nan
     from xdistill.evaluation.tatoeba import available_codes, evaluate_tatoeba
     from xdistill.models.encoders import load_encoder
 
@@ -166,15 +166,9 @@ def run_tatoeba_all(models: dict[str, str], tatoeba_dir: Path, out_dir: Path, *,
         per_language = evaluate_tatoeba(CachedEncoder(load_encoder(spec), show_progress_bar=True), tatoeba_dir,
                                         codes, max_pairs=max_pairs)
         write_json(target, {"model": spec, "languages": codes, "max_pairs": max_pairs,
-                            "average": sum(r["average"] for r in per_language.values()) / len(per_language),
+                            "average": mean_or_nan([r["average"] for r in per_language.values()]),
                             "scores": per_language, "seconds": round(time.monotonic() - started),
                             "machine": machine_summary(), "command": "python bench/quality.py tatoeba-all"})
-
-
-def write_report(config: dict[str, Any], results: Path, output: Path) -> None:
-    from quality_report import write_results  # the table layout lives in its own module
-
-    write_results(config, results, output)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -219,16 +213,16 @@ def main(argv: list[str] | None = None) -> int:
             if member["name"] in chosen:
                 info = run_member(args.project.resolve(), config, member, args.results)
                 print(f"{member['name']}: {json.dumps(info['flow_result'].get('promotion', {}))}")
-                write_report(config, args.results, args.output)
+                write_results(config, args.results, args.output)
     elif args.command == "tatoeba-all":
         models = tatoeba_models(config, args.results, args.project.resolve())
         if args.only:
             models = {key: spec for key, spec in models.items() if key in args.only}
         run_tatoeba_all(models, (args.mirror or mirror_dir()) / "eval" / "tatoeba-laser", args.results / TATOEBA_ALL,
                         codes=args.codes, max_pairs=args.max_pairs)
-        write_report(config, args.results, args.output)
+        write_results(config, args.results, args.output)
     else:
-        write_report(config, args.results, args.output)
+        write_results(config, args.results, args.output)
     print(f"wrote {args.output}")
     return 0
 

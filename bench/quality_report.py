@@ -19,6 +19,7 @@ import yaml
 from xdistill.evaluation.report import markdown_table
 from xdistill.evaluation.sts import STS17_TRACKS
 from xdistill.evaluation.tatoeba import tatoeba_code
+from xdistill.io import write_text_atomic
 
 # Published figures beside ours, each with where it comes from and how its protocol differs.
 PUBLISHED: dict[str, dict[str, Any]] = {
@@ -169,10 +170,13 @@ DELTA_KEYS = [("sts17_crosslingual_average", "STS17 cross-lingual"), ("sts17_mon
               ("mining_flores_f1", "mining F1"), ("primary_score", "primary score")]
 
 
-def deltas_section(members: list[tuple[dict[str, Any], dict[str, Any]]], results: Path) -> str:
+def load_tatoeba_all(results: Path) -> dict[str, dict[str, Any]]:
+    """``{model key: result}`` written by ``bench/quality.py tatoeba-all`` (empty before it ran)."""
+    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted((results / TATOEBA_ALL).glob("*.json"))}
+
+
+def deltas_section(members: list[tuple[dict[str, Any], dict[str, Any]]], tatoeba_all: Mapping[str, Any]) -> str:
     """Each student against the untrained student, computed from the summary metrics (and tatoeba-all)."""
-    tatoeba_all = {p.stem: json.loads(p.read_text(encoding="utf-8"))["average"]
-                   for p in (results / TATOEBA_ALL).glob("*.json")}
     lines = ["## Each student against the untrained student", "",
              "Differences in points (student minus untrained mE5-small), from the summary metrics above; "
              "the language bias is shown as untrained -> student (0 = no bias).", ""]
@@ -184,17 +188,18 @@ def deltas_section(members: list[tuple[dict[str, Any], dict[str, Any]]], results
         parts = [f"{title} {student[key] - base[key]:+.1f}" for key, title in DELTA_KEYS
                  if student.get(key) is not None and base.get(key) is not None]
         if spec["name"] in tatoeba_all and "student-untrained" in tatoeba_all:
-            parts.append(f"Tatoeba all languages {tatoeba_all[spec['name']] - tatoeba_all['student-untrained']:+.1f}")
+            difference = tatoeba_all[spec["name"]]["average"] - tatoeba_all["student-untrained"]["average"]
+            parts.append(f"Tatoeba all languages {difference:+.1f}")
         bias = f"language bias {base['language_bias_difference']:.1f} -> {student['language_bias_difference']:.1f}"
         lines.append(f"- **{spec.get('label', spec['name'])}**: {', '.join(parts)}, {bias}.")
     return "\n".join(lines) + "\n\n"
 
 
-def tatoeba_all_section(members: list[tuple[dict[str, Any], dict[str, Any]]], results: Path, output_dir: Path) -> str:
+def tatoeba_all_section(members: list[tuple[dict[str, Any], dict[str, Any]]], tatoeba_all: Mapping[str, Any],
+                        results: Path, output_dir: Path) -> str:
     """The 112-language Tatoeba table (``bench/quality.py tatoeba-all``), beside LEALLA's published averages."""
-    files = {p.stem: p for p in (results / TATOEBA_ALL).glob("*.json")}
     keys = [spec["name"] for spec, _ in members] + ["student-untrained", "muse"]  # the columns' order
-    scored = {key: json.loads(files[key].read_text(encoding="utf-8")) for key in keys if key in files}
+    scored = {key: tatoeba_all[key] for key in keys if key in tatoeba_all}
     if not scored:
         return ""
     data0 = members[0][1]
@@ -339,18 +344,16 @@ def render(config: Mapping[str, Any], results: Path, output_dir: Path) -> str:
     ]
     if missing:
         header += [f"Members not run yet: {', '.join(missing)}.", ""]
-    parts = ["\n".join(header) + "\n", "## Summary\n\n" + summary_table(members) + "\n", deltas_section(members, results),
-             students_section(members)]
+    tatoeba_all = load_tatoeba_all(results)
+    parts = ["\n".join(header) + "\n", "## Summary\n\n" + summary_table(members) + "\n",
+             deltas_section(members, tatoeba_all), students_section(members)]
     for name, title in BENCHMARK_SECTIONS:
         parts.append(benchmark_section(members, name, title))
         if name == "tatoeba":
-            parts.append(tatoeba_all_section(members, results, output_dir))
+            parts.append(tatoeba_all_section(members, tatoeba_all, results, output_dir))
     parts += [data_section(members), params_section(config, members)]
     return "".join(parts)
 
 
 def write_results(config: Mapping[str, Any], results: Path, output: Path) -> Path:
-    tmp = output.with_suffix(".md.tmp")
-    tmp.write_text(render(config, results, output.parent), encoding="utf-8")
-    os.replace(tmp, output)
-    return output
+    return write_text_atomic(output, render(config, results, output.parent))
