@@ -114,8 +114,10 @@ def report_rows(name: str, rows: list[Row], tiny: bool, json_path: str | Path | 
 
 
 def mirror_dir() -> Path:
-    """The corpora mirror: ``XDISTILL_MIRROR``, else ``../shared/corpora`` next to the repository."""
-    return Path(os.environ.get("XDISTILL_MIRROR", REPO_ROOT.parent / "shared" / "corpora")).resolve()
+    """The corpora mirror: ``XDISTILL_MIRROR``, else ``../shared/corpora`` (see :func:`xdistill.env.find_mirror`)."""
+    from xdistill.env import find_mirror
+
+    return find_mirror(REPO_ROOT)
 
 
 def real_sentences(count: int) -> list[str]:

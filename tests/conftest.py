@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 import xdistill  # noqa: F401  (sets the offline / no-telemetry environment)
+from xdistill.env import find_mirror
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def _mirror() -> Path:
-    return Path(os.environ.get("XDISTILL_MIRROR", REPO_ROOT.parent / "shared" / "corpora")).resolve()
 
 
 @pytest.fixture(scope="session")
@@ -23,8 +19,8 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def mirror_dir() -> Path:
-    """The offline corpora mirror (env XDISTILL_MIRROR, default ../shared/corpora)."""
-    path = _mirror()
+    """The offline corpora mirror (env XDISTILL_MIRROR, default ../shared/corpora: see find_mirror)."""
+    path = find_mirror(REPO_ROOT)
     if not (path / "README.md").is_file():
         pytest.fail(f"corpora mirror not found at {path}; set XDISTILL_MIRROR")
     return path

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import gzip
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +23,9 @@ TATOEBA_DE = "train/tatoeba-challenge/tatoeba-challenge.minus-laser-test.en-de.t
 
 
 def mirror_dir() -> Path:
-    return Path(os.environ.get("XDISTILL_MIRROR", REPO_ROOT.parent / "shared" / "corpora")).resolve()
+    from xdistill.env import find_mirror
+
+    return find_mirror(REPO_ROOT)
 
 
 def minilm_folder() -> str:

@@ -9,6 +9,7 @@ with network access can override any of them by exporting the variable first.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -42,3 +43,38 @@ def child_env(**extra: str) -> dict[str, str]:
     env.update(OFFLINE_DEFAULTS)
     env.update(extra)
     return env
+
+
+MIRROR_ENV = "XDISTILL_MIRROR"
+
+
+def find_mirror(repo_root: str | Path) -> Path:
+    """The corpora mirror the tests and benchmarks read: ``XDISTILL_MIRROR`` if set, else the first
+    ``shared/corpora`` folder beside this checkout or beside the local repository it was cloned from.
+
+    The second place lets a fresh ``git clone`` anywhere (a CI scratch folder) find the mirror of
+    the checkout it came from. Returns the first candidate when none exists, so the caller's error
+    names where the mirror was expected.
+    """
+    if os.environ.get(MIRROR_ENV):
+        return Path(os.environ[MIRROR_ENV]).resolve()
+    root = Path(repo_root).resolve()
+    candidates = [root.parent / "shared" / "corpora"]
+    origin = _local_origin(root)
+    if origin is not None:
+        candidates.append(origin.parent / "shared" / "corpora")
+    return next((c.resolve() for c in candidates if c.is_dir()), candidates[0].resolve())
+
+
+def _local_origin(repo_root: Path) -> Path | None:
+    """The folder ``remote.origin.url`` names when it is a local path (None for a remote host)."""
+    try:
+        url = subprocess.run(["git", "-C", str(repo_root), "config", "--get", "remote.origin.url"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    url = url.removeprefix("file://")
+    if not url or "://" in url or ":" in url.split("/", 1)[0]:  # https://host/..., git@host:path
+        return None
+    path = Path(url) if Path(url).is_absolute() else repo_root / url
+    return path.resolve() if path.is_dir() else None
