@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Row, peak_rss_mb, report_rows  # noqa: E402
+from common import Row, mirror_dir, peak_rss_mb, report_rows  # noqa: E402
 
 import xdistill  # noqa: E402,F401  (offline environment)
 
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seq-length", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--student", default=None, help="student spec (default: params models.student)")
-    parser.add_argument("--mirror", default=str(REPO_ROOT.parent / "shared" / "corpora"))
+    parser.add_argument("--mirror", type=Path, default=None, help="the corpora mirror (default: see common.mirror_dir)")
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench_train-") as tmp:
         work = Path(tmp)
-        train, dev = write_pairs(work, Path(args.mirror), args.pairs, 16)
+        train, dev = write_pairs(work, args.mirror or mirror_dir(), args.pairs, 16)
         build_teacher_store([train, dev], work / "teacher", {"teacher": TEACHER, "batch_size": 64})
         ours = run_ours(train, dev, work / "teacher", student_spec, student_opts, args, work)
         reference = run_reference(train, work / "teacher", student_spec, student_opts, args, work)
