@@ -2,7 +2,8 @@
 
 ``xdistill evaluate --baselines`` evaluates the teacher, the untrained student and mUSE into
 ``data/baselines/<label>.json``; ``xdistill evaluate`` evaluates the trained student
-(``models/student``) and writes ``metrics/eval``, ``reports/eval`` and ``plots/eval`` with the
+(``models/student``) and the student as training started (``models/student_start``: the
+untrained student with its head fitted to the teacher) and writes ``metrics/eval``, ``reports/eval`` and ``plots/eval`` with the
 baselines side by side. Reads params ``languages``, ``models`` and ``evaluate``.
 """
 
@@ -15,6 +16,7 @@ from xdistill.errors import XdistillError
 from xdistill.io import load_params
 
 DEFAULT_STUDENT = "models/student"
+DEFAULT_START = "models/student_start"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--raw-dir", default="data/raw", help="staged corpora holding eval/ (default: data/raw)")
     parser.add_argument("--dev", default="data/parallel/dev.tsv.gz", help="held-out dev pairs (gzipped TSV)")
     parser.add_argument("--student", default=DEFAULT_STUDENT, help="trained student model folder or spec")
+    parser.add_argument("--student-start", default=DEFAULT_START,
+                        help="the student as training started, evaluated beside it when the folder exists ('' = skip)")
     parser.add_argument("--baselines-dir", default="data/baselines")
     parser.add_argument("--metrics-dir", default="metrics/eval")
     parser.add_argument("--reports-dir", default="reports/eval")
@@ -45,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
         raise XdistillError(f"{DEFAULT_STUDENT}: trained student not found (run the `train` stage first)")
     if not models.get("teacher"):
         raise XdistillError(f"{args.params}: models.teacher is not set (the dev MSE compares with the teacher)")
+    start = args.student_start if args.student_start and Path(args.student_start).exists() else None
     summary = run_student_evaluation(settings, args.student, models["teacher"], args.raw_dir, args.dev,
-                                     args.baselines_dir, args.metrics_dir, args.reports_dir, args.plots_dir)
+                                     args.baselines_dir, args.metrics_dir, args.reports_dir, args.plots_dir,
+                                     start_spec=start)
     print(f"primary score (student): {summary.get('primary_score')}; reports in {args.reports_dir}")
     return 0
