@@ -8,44 +8,45 @@ baselines side by side. Reads params ``languages``, ``models`` and ``evaluate``.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
+import click
+
 from xdistill.errors import XdistillError
-from xdistill.io import load_params
+from xdistill.io import PARAMS_FILE, load_params
 
 DEFAULT_STUDENT = "models/student"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--baselines", action="store_true",
-                        help="evaluate the reference models (teacher, untrained student, mUSE) into --baselines-dir")
-    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
-    parser.add_argument("--raw-dir", default="data/raw", help="staged corpora holding eval/ (default: data/raw)")
-    parser.add_argument("--dev", default="data/parallel/dev.tsv.gz", help="held-out dev pairs (gzipped TSV)")
-    parser.add_argument("--student", default=DEFAULT_STUDENT, help="trained student model folder or spec")
-    parser.add_argument("--baselines-dir", default="data/baselines")
-    parser.add_argument("--metrics-dir", default="metrics/eval")
-    parser.add_argument("--reports-dir", default="reports/eval")
-    parser.add_argument("--plots-dir", default="plots/eval")
-
-
-def run(args: argparse.Namespace) -> int:
+@click.command()
+@click.option("--baselines", "baselines", is_flag=True,
+              help="evaluate the reference models (teacher, untrained student, mUSE) into --baselines-dir")
+@click.option("--params", default=PARAMS_FILE, show_default=True, help="params file")
+@click.option("--raw-dir", default="data/raw", show_default=True, help="staged corpora holding eval/")
+@click.option("--dev", default="data/parallel/dev.tsv.gz", show_default=True, help="held-out dev pairs (gzipped TSV)")
+@click.option("--student", default=DEFAULT_STUDENT, show_default=True, help="trained student model folder or spec")
+@click.option("--baselines-dir", default="data/baselines", show_default=True)
+@click.option("--metrics-dir", default="metrics/eval", show_default=True)
+@click.option("--reports-dir", default="reports/eval", show_default=True)
+@click.option("--plots-dir", default="plots/eval", show_default=True)
+def command(baselines: bool, params: str, raw_dir: str, dev: str, student: str, baselines_dir: str,
+            metrics_dir: str, reports_dir: str, plots_dir: str) -> int:
+    """Evaluate the trained student (or, with --baselines, the reference models) on every benchmark."""
     from xdistill.evaluation.pipeline import run_baselines, run_student_evaluation
     from xdistill.evaluation.suite import EvaluationSettings
 
-    params = load_params(None, args.params)
-    settings = EvaluationSettings.from_params(params.get("evaluate"), params.get("languages") or [])
-    models = params.get("models") or {}
-    if args.baselines:
-        results = run_baselines(settings, models, args.raw_dir, args.dev, args.baselines_dir)
-        print(f"baselines written to {args.baselines_dir}: {', '.join(results)}")
+    all_params = load_params(None, params)
+    settings = EvaluationSettings.from_params(all_params.get("evaluate"), all_params.get("languages") or [])
+    models = all_params.get("models") or {}
+    if baselines:
+        results = run_baselines(settings, models, raw_dir, dev, baselines_dir)
+        click.echo(f"baselines written to {baselines_dir}: {', '.join(results)}")
         return 0
-    if args.student == DEFAULT_STUDENT and not Path(DEFAULT_STUDENT).is_dir():
+    if student == DEFAULT_STUDENT and not Path(DEFAULT_STUDENT).is_dir():
         raise XdistillError(f"{DEFAULT_STUDENT}: trained student not found (run the `train` stage first)")
     if not models.get("teacher"):
-        raise XdistillError(f"{args.params}: models.teacher is not set (the dev MSE compares with the teacher)")
-    summary = run_student_evaluation(settings, args.student, models["teacher"], args.raw_dir, args.dev,
-                                     args.baselines_dir, args.metrics_dir, args.reports_dir, args.plots_dir)
-    print(f"primary score (student): {summary.get('primary_score')}; reports in {args.reports_dir}")
+        raise XdistillError(f"{params}: models.teacher is not set (the dev MSE compares with the teacher)")
+    summary = run_student_evaluation(settings, student, models["teacher"], raw_dir, dev,
+                                     baselines_dir, metrics_dir, reports_dir, plots_dir)
+    click.echo(f"primary score (student): {summary.get('primary_score')}; reports in {reports_dir}")
     return 0
