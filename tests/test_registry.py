@@ -127,9 +127,25 @@ def test_promotion_gate_and_rollback(tracking_uri: str) -> None:
     )
 
 
+# Runs `xdistill promote` with the gate's judgement slowed down by HOLD_S seconds, so that the
+# decision window (champion read -> alias set) of two processes overlaps; the production code has
+# no option for this.
+_SLOW_PROMOTE = """
+import sys, time
+import xdistill.registry.promotion as promotion
+from xdistill.cli.main import main
+hold_s, judge = float(sys.argv[1]), promotion.judge
+def slow_judge(*args, **kwargs):
+    time.sleep(hold_s)
+    return judge(*args, **kwargs)
+promotion.judge = slow_judge
+sys.exit(main(["promote", *sys.argv[2:]]))
+"""
+
+
 def _promote_process(params: Path, uri: str, version: str, hold_s: float) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "xdistill.cli.main", "promote", "--params", str(params),
-           "--tracking-uri", uri, "--version", version, "--hold-s", str(hold_s)]
+    cmd = [sys.executable, "-c", _SLOW_PROMOTE, str(hold_s), "--params", str(params), "--tracking-uri", uri,
+           "--version", version]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

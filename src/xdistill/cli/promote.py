@@ -40,10 +40,8 @@ def registry_settings(params: str, tracking_uri: str | None, model_name: str | N
 @click.option("--tolerance", type=float, default=None, help="override promote.tolerance")
 @registry_options
 @click.option("--strict", is_flag=True, help=f"exit with status {REFUSED_STATUS} when refused")
-# Keeps the decision window open (seconds); used by the race test.
-@click.option("--hold-s", type=float, default=0.0, hidden=True)
 def command(version: str | None, margin: float | None, tolerance: float | None, params: str,
-            tracking_uri: str | None, model_name: str | None, strict: bool, hold_s: float) -> int:
+            tracking_uri: str | None, model_name: str | None, strict: bool) -> int:
     """Make the candidate version champion if it beats the champion (the promotion gate)."""
     from xdistill.registry.promotion import PromoteConfig, promote
 
@@ -52,7 +50,6 @@ def command(version: str | None, margin: float | None, tolerance: float | None, 
         section["margin"] = margin
     if tolerance is not None:
         section["tolerance"] = tolerance
-    result = promote(model_name, version, tracking_uri=tracking_uri, config=PromoteConfig.from_params(section),
-                     hold_s=hold_s)
+    result = promote(model_name, version, tracking_uri=tracking_uri, config=PromoteConfig.from_params(section))
     click.echo(json.dumps(result.as_dict(), indent=2))
     return REFUSED_STATUS if strict and result.decision == "refused" else 0
