@@ -2,7 +2,7 @@
 
 Embeds every distinct source sentence of the parallel train/dev files with the teacher
 (``models.teacher``) into the fp16 store ``data/teacher/`` (see
-:func:`xdistill.training.teacher_store.build_teacher_store`). Sentences already stored for this
+:func:`xdistill.training.teacher_embed.build_teacher_store`). Sentences already stored for this
 teacher are skipped, so re-runs after adding a language embed only the new sentences.
 """
 
@@ -41,7 +41,7 @@ def stage_params(params: str, teacher: str | None, batch_size: int | None, devic
 def command(params: str, inputs: tuple[str, ...], store: str, teacher: str | None, batch_size: int | None,
             device: str | None) -> int:
     """Embed every distinct source sentence of the parallel files with the teacher (cached)."""
-    from xdistill.training.teacher_store import build_teacher_store
+    from xdistill.training.teacher_embed import build_teacher_store
 
     stats = build_teacher_store(list(inputs or DEFAULT_INPUTS), store,
                                 stage_params(params, teacher, batch_size, device))
