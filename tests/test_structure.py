@@ -3,6 +3,10 @@ exactly the code it runs (a change anywhere in that code re-runs the stage, and 
 
 from __future__ import annotations
 
+import ast
+import re
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -82,3 +86,39 @@ def test_stage_deps_are_exactly_the_code_it_imports(graph: ImportGraph, name: st
 
 def _module_of(graph: ImportGraph, relative: str) -> str:
     return next(m for m, path in graph.files.items() if _relative(path) == relative)
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _declared_distributions() -> set[str]:
+    """Every distribution pyproject.toml declares (dependencies and extras) or the Makefile installs with --no-deps."""
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    requirements = [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]
+    makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    no_deps = re.search(r"NO_DEPS_PACKAGES :=(.*?)\n\n", makefile, re.S).group(1)
+    requirements += re.findall(r"([A-Za-z0-9_.-]+)==", no_deps)
+    return {_normalise(re.match(r"[A-Za-z0-9_.-]+", r).group(0)) for r in requirements}
+
+
+def test_every_third_party_import_is_declared() -> None:
+    import importlib.metadata
+
+    local = {path.stem for folder in ("tests", "bench", "flows", "scripts") for path in (REPO_ROOT / folder).glob("*.py")}
+    local |= {"xdistill", "tests", "bench", "flows", "__future__"}
+    imported: dict[str, set[str]] = {}
+    for folder in ("src", "flows", "bench", "tests", "scripts"):
+        for path in (REPO_ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                    [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else [])
+                for name in names:
+                    top = name.split(".")[0]
+                    if top not in sys.stdlib_module_names and top not in local:
+                        imported.setdefault(top, set()).add(_relative(path))
+    distributions = importlib.metadata.packages_distributions()
+    declared = _declared_distributions()
+    undeclared = {module: sorted(files)[:3] for module, files in imported.items()
+                  if not {_normalise(d) for d in distributions.get(module, [module])} & declared}
+    assert undeclared == {}, f"imported but not declared in pyproject.toml: {undeclared}"
