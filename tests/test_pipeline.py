@@ -64,7 +64,7 @@ def test_first_repro_runs_every_stage_and_writes_every_output(project: Path, fir
     # the English teacher cannot match translations; the multilingual students can
     assert summary["models"]["student"]["tatoeba_average"] > summary["models"]["teacher"]["tatoeba_average"] + 20
     train = read_json(project / "metrics/train.json")
-    assert train["steps"] == 6 and train["best"]["dev_mse"] < train["initial"]["dev_mse"]
+    assert train["steps"] == 6 and train["best"]["dev_mse_x100"] < train["initial"]["dev_mse_x100"]
     for png in ["plots/data_report.png", "plots/train_curves.png", "plots/eval/sts17.png", "plots/eval/tatoeba.png"]:
         assert (project / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
     assert "| " in (project / "reports/data_report.md").read_text(encoding="utf-8")

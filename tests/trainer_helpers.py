@@ -74,10 +74,10 @@ def tiny_train_params(**overrides: Any) -> dict[str, Any]:
         "max_seq_length": 32,
         "eval_every": 4,
         "checkpoint_every": 2,
-        "log_every": 2,
         "dev_max_pairs": 24,
+        "dev_sts_max_pairs": 16,
+        "align_pairs": 64,
         "early_stopping_patience": None,
-        "threads": 1,
         "student": {"keep_layers": 1, "dropout": 0.0},
         "loss": {"mse": 1.0},
     }
@@ -85,19 +85,28 @@ def tiny_train_params(**overrides: Any) -> dict[str, Any]:
     return params
 
 
+TINY_RUNTIME = {"threads": 1, "log_every": 2}
+
+
 def write_params(path: Path, train: dict[str, Any], student_spec: str) -> Path:
     path.write_text(
-        yaml.safe_dump({"models": {"teacher": TEACHER_SPEC, "student": student_spec}, "train": train}),
+        yaml.safe_dump({"models": {"teacher": TEACHER_SPEC, "student": student_spec}, "train": train,
+                        "runtime": TINY_RUNTIME}),
         encoding="utf-8",
     )
     return path
+
+
+def stsb_dir() -> Path:
+    """The mirror's stsb-multi-mt folder (its dev split validates checkpoints)."""
+    return mirror_dir() / "eval" / "stsb-multi-mt"
 
 
 def cli_args(workdir: Path, data: Path, store: Path, params_file: Path) -> list[str]:
     """``xdistill train`` arguments writing everything under ``workdir``."""
     return [
         "train", "--params", str(params_file), "--train", str(data / "train.tsv.gz"),
-        "--dev", str(data / "dev.tsv.gz"), "--teacher-dir", str(store),
+        "--dev", str(data / "dev.tsv.gz"), "--teacher-dir", str(store), "--dev-sts", str(stsb_dir()),
         "--output", str(workdir / "student"), "--checkpoints", str(workdir / "checkpoints"),
         "--metrics", str(workdir / "train.json"), "--history", str(workdir / "history.csv"),
         "--plot", str(workdir / "curves.png"), "--device", "cpu",

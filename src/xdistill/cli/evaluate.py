@@ -2,7 +2,8 @@
 
 ``xdistill evaluate --baselines`` evaluates the teacher, the untrained student and mUSE into
 ``data/baselines/<label>.json``; ``xdistill evaluate`` evaluates the trained student
-(``models/student``) and writes ``metrics/eval``, ``reports/eval`` and ``plots/eval`` with the
+(``models/student``) and the student as training started (``models/student_start``: the
+untrained student with its head fitted to the teacher) and writes ``metrics/eval``, ``reports/eval`` and ``plots/eval`` with the
 baselines side by side. Reads params ``languages``, ``models`` and ``evaluate``.
 """
 
@@ -16,6 +17,7 @@ from xdistill.errors import XdistillError
 from xdistill.io import PARAMS_FILE, load_params
 
 DEFAULT_STUDENT = "models/student"
+DEFAULT_START = "models/student_start"
 
 
 @click.command()
@@ -25,12 +27,14 @@ DEFAULT_STUDENT = "models/student"
 @click.option("--raw-dir", default="data/raw", show_default=True, help="staged corpora holding eval/")
 @click.option("--dev", default="data/parallel/dev.tsv.gz", show_default=True, help="held-out dev pairs (gzipped TSV)")
 @click.option("--student", default=DEFAULT_STUDENT, show_default=True, help="trained student model folder or spec")
+@click.option("--student-start", default=DEFAULT_START, show_default=True,
+              help="the student as training started, evaluated beside it when the folder exists ('' = skip)")
 @click.option("--baselines-dir", default="data/baselines", show_default=True)
 @click.option("--metrics-dir", default="metrics/eval", show_default=True)
 @click.option("--reports-dir", default="reports/eval", show_default=True)
 @click.option("--plots-dir", default="plots/eval", show_default=True)
-def command(baselines: bool, params: str, raw_dir: str, dev: str, student: str, baselines_dir: str,
-            metrics_dir: str, reports_dir: str, plots_dir: str) -> int:
+def command(baselines: bool, params: str, raw_dir: str, dev: str, student: str, student_start: str,
+            baselines_dir: str, metrics_dir: str, reports_dir: str, plots_dir: str) -> int:
     """Evaluate the trained student (or, with --baselines, the reference models) on every benchmark."""
     from xdistill.evaluation.pipeline import run_baselines, run_student_evaluation
     from xdistill.evaluation.suite import EvaluationSettings
@@ -46,7 +50,8 @@ def command(baselines: bool, params: str, raw_dir: str, dev: str, student: str, 
         raise XdistillError(f"{DEFAULT_STUDENT}: trained student not found (run the `train` stage first)")
     if not models.get("teacher"):
         raise XdistillError(f"{params}: models.teacher is not set (the dev MSE compares with the teacher)")
+    start = student_start if student_start and Path(student_start).exists() else None
     summary = run_student_evaluation(settings, student, models["teacher"], raw_dir, dev,
-                                     baselines_dir, metrics_dir, reports_dir, plots_dir)
+                                     baselines_dir, metrics_dir, reports_dir, plots_dir, start_spec=start)
     click.echo(f"primary score (student): {summary.get('primary_score')}; reports in {reports_dir}")
     return 0

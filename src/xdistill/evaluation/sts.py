@@ -60,7 +60,7 @@ TRACK_4B_NOTE = (
     "tracks, as most papers' STS17 tables do)."
 )
 
-STSB_SPLIT_FILE = "data/stsb-{lang}-test.csv"
+STSB_SPLIT_FILE = "data/stsb-{lang}-{split}.csv"
 
 
 @dataclass(frozen=True)
@@ -151,26 +151,29 @@ def load_sts17(sts17_dir: str | Path, max_pairs: int | None = None) -> list[STSS
 # ---------------------------------------------------------------- STSb multi-MT
 
 
-def stsb_languages(stsb_dir: str | Path, languages: Sequence[str]) -> list[str]:
-    """The non-English ``languages`` that have a stsb-multi-mt test file."""
-    return [lang for lang in languages if lang != "en" and (Path(stsb_dir) / STSB_SPLIT_FILE.format(lang=lang)).is_file()]
+def stsb_languages(stsb_dir: str | Path, languages: Sequence[str], split: str = "test") -> list[str]:
+    """The non-English ``languages`` that have a stsb-multi-mt file of ``split`` (test, dev, train)."""
+    return [lang for lang in languages
+            if lang != "en" and (Path(stsb_dir) / STSB_SPLIT_FILE.format(lang=lang, split=split)).is_file()]
 
 
 def build_stsb_sets(
-    stsb_dir: str | Path, languages: Sequence[str], max_pairs: int | None = None
+    stsb_dir: str | Path, languages: Sequence[str], max_pairs: int | None = None, split: str = "test"
 ) -> tuple[list[STSSet], list[STSSet]]:
-    """Monolingual (``en-en``, ``xx-xx``) and cross-lingual (``en-xx``, ``xx-en``) STSb test sets.
+    """Monolingual (``en-en``, ``xx-xx``) and cross-lingual (``en-xx``, ``xx-en``) STSb sets of ``split``.
+
+    The evaluation reads the ``test`` split; training selects checkpoints on the ``dev`` split.
 
     Rows of every language file are translations of the same English rows (checked through the
     gold scores, which must agree row by row). Languages without a file are left out.
     """
-    english_path = Path(stsb_dir) / STSB_SPLIT_FILE.format(lang="en")
+    english_path = Path(stsb_dir) / STSB_SPLIT_FILE.format(lang="en", split=split)
     english = read_stsb_multi_mt(english_path)
     gold = np.array([row.score for row in english])
     monolingual = [STSSet("en-en", [r.sentence1 for r in english], [r.sentence2 for r in english], gold)]
     crosslingual = []
-    for lang in stsb_languages(stsb_dir, languages):
-        path = Path(stsb_dir) / STSB_SPLIT_FILE.format(lang=lang)
+    for lang in stsb_languages(stsb_dir, languages, split):
+        path = Path(stsb_dir) / STSB_SPLIT_FILE.format(lang=lang, split=split)
         translated = read_stsb_multi_mt(path)
         _check_rows_aligned(english, translated, path)
         monolingual.append(STSSet(f"{lang}-{lang}", [r.sentence1 for r in translated],

@@ -1,0 +1,69 @@
+"""Weight-space interpolation between the starting student and the distilled one (WiSE-FT).
+
+Wortsman et al. (2022) showed that the straight line between a pre-trained model's weights and
+its fine-tuned weights often holds models better than both ends: the fine-tuned end gains the new
+skill, the pre-trained end keeps what fine-tuning forgot. Here the ends are the student *as
+training started* (the base encoder with its head already fitted to the teacher, see
+:mod:`xdistill.training.alignment`, so both ends live in the teacher's space) and the best
+checkpoint; ``(1 - a) * start + a * trained`` for each ``a`` of ``train.interpolation``, the one
+with the best dev selection metric is exported. ``a = 0`` is the starting student, ``a = 1`` the
+trained one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+
+from xdistill.errors import XdistillError
+from xdistill.training.student import load_trainable_state_dict
+
+
+def interpolate_states(start: Mapping[str, torch.Tensor], end: Mapping[str, torch.Tensor],
+                       alpha: float) -> dict[str, torch.Tensor]:
+    """``(1 - alpha) * start + alpha * end`` for every floating-point tensor (others taken from ``end``)."""
+    if set(start) != set(end):
+        missing = sorted(set(start) ^ set(end))[:5]
+        raise XdistillError(f"cannot interpolate two students with different weights (e.g. {missing})")
+    mixed = {}
+    for name, final in end.items():
+        first = start[name]
+        if first.shape != final.shape:
+            raise XdistillError(f"cannot interpolate {name}: shapes {tuple(first.shape)} vs {tuple(final.shape)}")
+        mixed[name] = torch.lerp(first, final, alpha) if final.is_floating_point() else final.clone()
+    return mixed
+
+
+def check_alphas(alphas: Sequence[float]) -> list[float]:
+    """The interpolation weights, sorted; each must lie in [0, 1]."""
+    values = sorted({float(a) for a in alphas})
+    if any(not 0.0 <= a <= 1.0 for a in values):
+        raise XdistillError(f"params train.interpolation: every weight must be in [0, 1], got {list(alphas)}")
+    return values
+
+
+def choose_interpolation(student: torch.nn.Module, start: Mapping[str, torch.Tensor], end: Mapping[str, torch.Tensor],
+                         alphas: Sequence[float], measure: Callable[[], dict[str, float]],
+                         better: Callable[[float, float | None], bool], metric: str,
+                         known: Mapping[float, dict[str, float]] | None = None) -> tuple[float, dict[float, dict[str, float]]]:
+    """Measure the student at each ``alpha`` and leave it at the best one; returns ``(alpha, all measurements)``.
+
+    ``measure()`` evaluates the student as currently loaded; ``known`` supplies measurements
+    already made (the start and the best checkpoint were measured during training). On a tie the
+    larger ``alpha`` wins (the more distilled model, which lives more fully in the teacher's space).
+    """
+    results: dict[float, dict[str, float]] = {}
+    best_alpha: float | None = None
+    for alpha in check_alphas(alphas):
+        if known and alpha in known:
+            results[alpha] = dict(known[alpha])
+        else:
+            load_trainable_state_dict(student, interpolate_states(start, end, alpha))
+            results[alpha] = measure()
+        value = results[alpha][metric]
+        if best_alpha is None or better(value, results[best_alpha][metric]) or value == results[best_alpha][metric]:
+            best_alpha = alpha
+    assert best_alpha is not None
+    load_trainable_state_dict(student, interpolate_states(start, end, best_alpha))
+    return best_alpha, results
