@@ -27,7 +27,7 @@ from xdistill.registry.promotion import (
     promote,
     rollback,
 )
-from xdistill.registry.register import RegisterConfig, register_run
+from xdistill.registry.register import RegisterConfig, read_registration, register_run
 from xdistill.registry.scores import Scores
 from xdistill.registry.store import client_for, promotion_lock_path, resolve_tracking_uri
 
@@ -250,7 +250,9 @@ def test_register_logs_everything_and_champion_loads(tmp_path: Path, monkeypatch
 
     uri = resolve_tracking_uri("sqlite:///mlflow.db", root)
     assert registration.tracking_uri == uri and (root / "mlflow.db").is_file()
-    assert json.loads((root / "metrics" / "register.json").read_text()) == registration.as_dict()
+    record = json.loads((root / "metrics" / "register.json").read_text())
+    assert record == {**registration.as_dict(), "tracking_uri": "sqlite:///mlflow.db"}  # no machine path
+    assert read_registration(root / "metrics" / "register.json") == registration.as_dict()
     client = client_for(uri)
     run = client.get_run(registration.run_id)
     assert run.data.params["train.steps"] == "3" and run.data.params["languages"] == '["de", "es"]'
