@@ -23,6 +23,7 @@ from xdistill.io import PARAMS_FILE, load_params
 def command(params: str, out: str, mirror: str | None) -> int:
     """Stage the configured raw corpora into data/raw (from the mirror or by download), checksum-verified."""
     from xdistill.data.corpora import stage_corpora
+    from xdistill.data.languages import check_languages
 
     all_params = load_params(path=params)
     section = all_params.get("corpora") or {}
@@ -34,7 +35,7 @@ def command(params: str, out: str, mirror: str | None) -> int:
     manifest = stage_corpora(
         out,
         datasets=section.get("datasets") or {},
-        languages=all_params.get("languages") or [],
+        languages=check_languages(all_params.get("languages"), params),
         mirror=mirror,
         base_url=section.get("base_url"),
         urls=section.get("urls") or {},

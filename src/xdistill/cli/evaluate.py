@@ -36,11 +36,13 @@ DEFAULT_START = "models/student_start"
 def command(baselines: bool, params: str, raw_dir: str, dev: str, student: str, student_start: str,
             baselines_dir: str, metrics_dir: str, reports_dir: str, plots_dir: str) -> int:
     """Evaluate the trained student (or, with --baselines, the reference models) on every benchmark."""
+    from xdistill.data.languages import check_languages
     from xdistill.evaluation.pipeline import run_baselines, run_student_evaluation
     from xdistill.evaluation.suite import EvaluationSettings
 
     all_params = load_params(None, params)
-    settings = EvaluationSettings.from_params(all_params.get("evaluate"), all_params.get("languages") or [])
+    languages = check_languages(all_params.get("languages"), params)
+    settings = EvaluationSettings.from_params(all_params.get("evaluate"), languages)
     models = all_params.get("models") or {}
     if baselines:
         results = run_baselines(settings, models, raw_dir, dev, baselines_dir)

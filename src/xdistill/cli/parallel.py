@@ -22,12 +22,13 @@ from xdistill.io import PARAMS_FILE, load_params
 @click.option("--plot", default="plots/data_report.png", show_default=True)
 def command(params: str, raw: str, out: str, metrics: str, report: str, plot: str) -> int:
     """Extract, clean and decontaminate the parallel sources into train/dev TSVs and the data report."""
+    from xdistill.data.languages import check_languages
     from xdistill.data.parallel import build_parallel
 
     all_params = load_params(path=params)
     data_report = build_parallel(
         raw,
-        languages=list(all_params.get("languages") or []),
+        languages=check_languages(all_params.get("languages"), params),
         params=all_params.get("parallel") or {},
         train_path=f"{out}/train.tsv.gz",
         dev_path=f"{out}/dev.tsv.gz",

@@ -10,11 +10,12 @@ A model spec is one of:
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xdistill.errors import XdistillError
+from xdistill.errors import InputFileError, XdistillError
 from xdistill.models.sources import is_pypi_spec, pypi_model
 
 if TYPE_CHECKING:
@@ -66,14 +67,32 @@ def resolve_model_dir(spec: str, force: bool = False) -> Path:
         return model.folder(force)
     path = Path(spec).expanduser()
     if path.is_dir():
-        if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
-            raise XdistillError(f"{path}: not a model folder (no modules.json or config.json)")
+        check_model_folder(path)
         return path
     if path.exists():
         raise XdistillError(f"{path}: model spec names a file, expected a model folder")
     if _looks_like_path(spec):
         raise XdistillError(f"{path}: model folder not found")
     return _download_from_hub(spec)
+
+
+# Weight files transformers and sentence-transformers load (a sharded checkpoint has an index file).
+_WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "*.onnx")
+
+
+def check_model_folder(path: Path) -> None:
+    """Refuse a folder that cannot be loaded as a model, naming what is missing."""
+    if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
+        raise InputFileError(path, "not a model folder (no modules.json or config.json)")
+    if (path / "modules.json").is_file():
+        try:
+            json.loads((path / "modules.json").read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputFileError(path / "modules.json", f"not valid JSON ({exc})") from None
+    # the weights lie in the folder or, in a sentence-transformers folder, in a module's sub-folder
+    folders = [path, *(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))]
+    if not any(next(folder.glob(pattern), None) for folder in folders for pattern in _WEIGHT_PATTERNS):
+        raise InputFileError(path, "model folder without weights (no model.safetensors or pytorch_model.bin)")
 
 
 def load_sentence_transformer(spec: str, device: str | None = None) -> SentenceTransformer:
