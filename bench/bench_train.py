@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import Row, mirror_dir, peak_rss_mb, report_rows  # noqa: E402
 
 import xdistill  # noqa: E402,F401  (offline environment)
+from xdistill.data.parallel_tsv import write_parallel_tsv  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEACHER = "pypi:all-minilm-l6-v2"
@@ -52,9 +53,7 @@ def write_pairs(folder: Path, mirror: Path, n_pairs: int, n_dev: int) -> tuple[P
     paths = []
     for name, part in (("train", rows[:n_pairs]), ("dev", rows[n_pairs : n_pairs + n_dev])):
         path = folder / f"{name}.tsv.gz"
-        with gzip.open(path, "wt", encoding="utf-8") as handle:
-            handle.write("source\ttranslation\tlang\tcorpus\n")
-            handle.writelines(f"{en}\t{xx}\t{lang}\tbench\n" for en, xx, lang in part)
+        write_parallel_tsv(path, ((en, xx, lang, "bench") for en, xx, lang in part))
         paths.append(path)
     return paths[0], paths[1]
 
@@ -127,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from xdistill.models import resolve_model_dir
-    from xdistill.training.teacher_store import build_teacher_store
+    from xdistill.training.teacher_embed import build_teacher_store
 
     torch.set_num_threads(args.threads)
     if args.tiny:

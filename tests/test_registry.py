@@ -27,7 +27,7 @@ from xdistill.registry.promotion import (
     promote,
     rollback,
 )
-from xdistill.registry.register import RegisterConfig, register_run
+from xdistill.registry.register import RegisterConfig, read_registration, register_run
 from xdistill.registry.scores import Scores
 from xdistill.registry.store import client_for, promotion_lock_path, resolve_tracking_uri
 
@@ -182,9 +182,25 @@ def test_gate_refuses_a_candidate_worse_than_its_base_on_a_real_store(tracking_u
     assert _alias(tracking_uri) == better
 
 
+# Runs `xdistill promote` with the gate's judgement slowed down by HOLD_S seconds, so that the
+# decision window (champion read -> alias set) of two processes overlaps; the production code has
+# no option for this.
+_SLOW_PROMOTE = """
+import sys, time
+import xdistill.registry.promotion as promotion
+from xdistill.cli.main import main
+hold_s, judge = float(sys.argv[1]), promotion.judge
+def slow_judge(*args, **kwargs):
+    time.sleep(hold_s)
+    return judge(*args, **kwargs)
+promotion.judge = slow_judge
+sys.exit(main(["promote", *sys.argv[2:]]))
+"""
+
+
 def _promote_process(params: Path, uri: str, version: str, hold_s: float) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "xdistill.cli.main", "promote", "--params", str(params),
-           "--tracking-uri", uri, "--version", version, "--hold-s", str(hold_s)]
+    cmd = [sys.executable, "-c", _SLOW_PROMOTE, str(hold_s), "--params", str(params), "--tracking-uri", uri,
+           "--version", version]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -234,7 +250,9 @@ def test_register_logs_everything_and_champion_loads(tmp_path: Path, monkeypatch
 
     uri = resolve_tracking_uri("sqlite:///mlflow.db", root)
     assert registration.tracking_uri == uri and (root / "mlflow.db").is_file()
-    assert json.loads((root / "metrics" / "register.json").read_text()) == registration.as_dict()
+    record = json.loads((root / "metrics" / "register.json").read_text())
+    assert record == {**registration.as_dict(), "tracking_uri": "sqlite:///mlflow.db"}  # no machine path
+    assert read_registration(root / "metrics" / "register.json") == registration.as_dict()
     client = client_for(uri)
     run = client.get_run(registration.run_id)
     assert run.data.params["train.steps"] == "3" and run.data.params["languages"] == '["de", "es"]'

@@ -56,7 +56,7 @@ def test_search_errors_name_the_users_file(corpus, tmp_path: Path, capsys) -> No
     empty = tmp_path / "empty.txt"
     empty.write_text("", encoding="utf-8")
     assert main(["search", str(empty), "--index", str(index), "--model", TEACHER, "-o", str(tmp_path / "o.tsv")]) == 2
-    assert f"{empty}: no queries: the file is empty" in capsys.readouterr().err
+    assert f"{empty}: empty file" in capsys.readouterr().err
     short = tmp_path / "short.en"
     short.write_text("one line\n", encoding="utf-8")
     assert main(["search", str(text), "--index", str(index), "--corpus", str(short), "--model", TEACHER,

@@ -36,6 +36,8 @@ def minilm_folder() -> str:
 
 def write_parallel_files(folder: Path, n_train: int = 48, n_dev: int = 24) -> tuple[Path, Path]:
     """``train.tsv.gz`` and ``dev.tsv.gz`` from the first real Tatoeba en-de pairs."""
+    from xdistill.data.parallel_tsv import write_parallel_tsv
+
     folder.mkdir(parents=True, exist_ok=True)
     rows: list[tuple[str, str]] = []
     with gzip.open(mirror_dir() / TATOEBA_DE, "rt", encoding="utf-8") as handle:
@@ -48,15 +50,13 @@ def write_parallel_files(folder: Path, n_train: int = 48, n_dev: int = 24) -> tu
     paths = []
     for name, part in (("train", rows[:n_train]), ("dev", rows[n_train:])):
         path = folder / f"{name}.tsv.gz"
-        with gzip.open(path, "wt", encoding="utf-8") as handle:
-            handle.write("source\ttranslation\tlang\tcorpus\n")
-            handle.writelines(f"{en}\t{de}\tde\ttatoeba\n" for en, de in part)
+        write_parallel_tsv(path, ((en, de, "de", "tatoeba") for en, de in part))
         paths.append(path)
     return paths[0], paths[1]
 
 
 def build_store(folder: Path, parallel_files: list[Path]) -> Path:
-    from xdistill.training.teacher_store import build_teacher_store
+    from xdistill.training.teacher_embed import build_teacher_store
 
     store = folder / "teacher"
     build_teacher_store(parallel_files, store, {"teacher": TEACHER_SPEC, "batch_size": 32})

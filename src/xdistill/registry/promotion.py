@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -161,13 +160,8 @@ def promote(
     *,
     tracking_uri: str | None = None,
     config: PromoteConfig | None = None,
-    hold_s: float = 0.0,
 ) -> PromotionResult:
-    """Run the gate for ``version`` (default: the newest) and move the alias if it passes.
-
-    ``hold_s`` keeps the decision window (champion read -> alias set) open that long; tests use
-    it to make racing promotions overlap.
-    """
+    """Run the gate for ``version`` (default: the newest) and move the alias if it passes."""
     config = config or PromoteConfig()
     tracking_uri = resolve_tracking_uri(tracking_uri)
     client = client_for(tracking_uri)
@@ -183,8 +177,6 @@ def promote(
             champion_scores = Scores.from_tags(_get_version(client, model_name, champion).tags)
         decision = judge(Scores.from_tags(candidate_version.tags), champion_scores, config.margin, config.tolerance,
                          config.compare_with)
-        if hold_s:
-            time.sleep(hold_s)
         verdict = PROMOTED if decision.promote else REFUSED
         _tag_decision(client, model_name, candidate, verdict, decision.reasons, champion)
         if decision.promote:

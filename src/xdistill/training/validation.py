@@ -196,13 +196,22 @@ def is_better(metric: str, value: float, best: float | None) -> bool:
     return value < best if SELECTION_METRICS[metric] == "min" else value > best
 
 
+class TrainingCollapsedError(XdistillError):
+    """Dev embeddings collapsed towards one direction: ``mean_cosine`` > ``threshold`` at ``step``."""
+
+    def __init__(self, message: str, *, step: int, mean_cosine: float, threshold: float) -> None:
+        super().__init__(message)
+        self.step, self.mean_cosine, self.threshold = step, mean_cosine, threshold
+
+
 def check_collapse(metrics: Mapping[str, float], threshold: float, step: int) -> None:
     """Fail loud when dev embeddings have collapsed towards one direction."""
     value = metrics["dev_mean_pairwise_cosine"]
     if value > threshold:
-        raise XdistillError(
+        raise TrainingCollapsedError(
             f"training collapsed at step {step}: mean pairwise cosine of dev embeddings is {value:.4f} "
             f"> train.collapse_threshold {threshold} (all sentences map to nearly the same vector; "
             "lower train.learning_rate, check the loss weights, or raise the threshold if the base model "
-            "is this anisotropic from the start)"
+            "is this anisotropic from the start)",
+            step=step, mean_cosine=float(value), threshold=threshold,
         )
