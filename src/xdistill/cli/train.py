@@ -39,7 +39,7 @@ def command(params: str, train_file: str, dev_file: str, teacher_dir: str, dev_s
     from xdistill.training.trainer import OutputPaths, RuntimeSettings, TrainParams, train_student
 
     train_params = TrainParams.from_params(load_params("train", params))
-    runtime = RuntimeSettings(**(load_params(None, params).get("runtime") or {}))
+    runtime = RuntimeSettings.from_params(load_params(None, params).get("runtime"))
     models = load_params("models", params)
     outputs = OutputPaths(
         model_dir=Path(output),

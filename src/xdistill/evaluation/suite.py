@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.evaluation.base import EvaluationContext
 from xdistill.evaluation.benchmarks import BENCHMARK_GROUPS, run_evaluators
@@ -53,19 +54,20 @@ class EvaluationSettings:
     pca_sentences: int = 12
     muse: bool = True
 
+    __pydantic_config__ = SECTION_CONFIG
+
     @classmethod
     def from_params(cls, section: dict[str, Any] | None, languages: list[str]) -> EvaluationSettings:
-        """Settings from the params section; unknown keys are an error (a typo would silently do nothing)."""
-        section = dict(section or {})
-        known = {f.name for f in fields(cls)} - {"languages"}
-        unknown = sorted(set(section) - known)
-        if unknown:
-            raise XdistillError(f"params.yaml evaluate: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        settings = cls(languages=list(languages), **section)
-        bad = sorted(set(settings.benchmarks) - set(BENCHMARK_GROUPS))
+        """Settings from the params section (:func:`xdistill.config.parse_section`) and the run's languages."""
+        return parse_section(cls, section, "evaluate", languages=list(languages))
+
+    def __post_init__(self) -> None:
+        bad = sorted(set(self.benchmarks) - set(BENCHMARK_GROUPS))
         if bad:
-            raise XdistillError(f"params.yaml evaluate.benchmarks: unknown {', '.join(bad)}; choose from {', '.join(BENCHMARK_GROUPS)}")
-        return settings
+            raise XdistillError(f"params evaluate.benchmarks: unknown {', '.join(bad)}; "
+                                f"choose from {', '.join(BENCHMARK_GROUPS)}")
+        if self.mining_repeats < 1:
+            raise XdistillError(f"params evaluate.mining_repeats must be >= 1, got {self.mining_repeats}")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

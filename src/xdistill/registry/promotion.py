@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.registry.scores import BASE_LABEL, TEACHER_LABEL, Scores
 from xdistill.registry.store import client_for, promotion_lock, resolve_tracking_uri
@@ -56,21 +57,23 @@ ENGLISH = "en"
 class PromoteConfig:
     """The ``promote`` section of params.yaml."""
 
+    __pydantic_config__ = SECTION_CONFIG
+
     margin: float = 0.0
     tolerance: float = 1.0
     alias: str = CHAMPION_ALIAS
     lock_file: str | None = None
     compare_with: tuple[str, ...] = COMPARISONS
 
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.compare_with) - set(COMPARISONS))
+        if unknown:
+            raise XdistillError(f"params promote.compare_with: unknown {unknown}; choose from {list(COMPARISONS)}")
+
     @classmethod
-    def from_params(cls, section: dict[str, Any]) -> PromoteConfig:
-        values = {k: v for k, v in (section or {}).items() if k in cls.__dataclass_fields__ and v is not None}
-        if "compare_with" in values:
-            values["compare_with"] = tuple(values["compare_with"])
-            unknown = sorted(set(values["compare_with"]) - set(COMPARISONS))
-            if unknown:
-                raise XdistillError(f"params promote.compare_with: unknown {unknown}; choose from {list(COMPARISONS)}")
-        return cls(**values)
+    def from_params(cls, section: dict[str, Any] | None) -> PromoteConfig:
+        """The section's settings; a null value means the default."""
+        return parse_section(cls, {k: v for k, v in (section or {}).items() if v is not None}, "promote")
 
 
 @dataclass(frozen=True)

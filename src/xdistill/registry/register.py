@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import InputFileError
 from xdistill.io import PARAMS_FILE, load_params, write_json_atomic
 from xdistill.registry.scores import Scores, read_summary_scores
@@ -60,14 +61,16 @@ DVC_BASELINE_TAG = "dvc_baseline_rev"
 class RegisterConfig:
     """The ``register`` section of params.yaml."""
 
+    __pydantic_config__ = SECTION_CONFIG
+
     tracking_uri: str = DEFAULT_TRACKING_URI
     experiment: str = "xdistill"
     model_name: str = "xdistill-student"
 
     @classmethod
-    def from_params(cls, section: dict[str, Any]) -> RegisterConfig:
-        known = {k: str(v) for k, v in section.items() if k in cls.__dataclass_fields__ and v is not None}
-        return cls(**known)
+    def from_params(cls, section: dict[str, Any] | None) -> RegisterConfig:
+        """The section's settings; a null value means the default."""
+        return parse_section(cls, {k: v for k, v in (section or {}).items() if v is not None}, "register")
 
 
 @dataclass(frozen=True)

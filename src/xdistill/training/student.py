@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 from torch import nn
 
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.io import atomic_path
 
@@ -43,25 +44,22 @@ HEAD_FITS = ("procrustes", "least_squares")
 class LoraSettings:
     """``train.student.lora``: low-rank adapters (Hu et al. 2021) through peft."""
 
+    __pydantic_config__ = SECTION_CONFIG
+
     rank: int = 16
     alpha: float = 32.0
     dropout: float = 0.0
 
-    @classmethod
-    def from_params(cls, section: dict[str, Any]) -> LoraSettings:
-        known = {f.name for f in fields(cls)}
-        unknown = set(section) - known
-        if unknown:
-            raise XdistillError(f"params train.student.lora: unknown keys {sorted(unknown)} (known: {sorted(known)})")
-        settings = cls(**section)
-        if settings.rank < 1 or settings.alpha <= 0 or not 0.0 <= settings.dropout < 1.0:
-            raise XdistillError(f"params train.student.lora: rank >= 1, alpha > 0, 0 <= dropout < 1; got {section}")
-        return settings
+    def __post_init__(self) -> None:
+        if self.rank < 1 or self.alpha <= 0 or not 0.0 <= self.dropout < 1.0:
+            raise XdistillError(f"params train.student.lora: rank >= 1, alpha > 0, 0 <= dropout < 1; got {self}")
 
 
 @dataclass(frozen=True)
 class StudentConfig:
     """How to build the student from its base encoder (``train.student`` in params.yaml)."""
+
+    __pydantic_config__ = SECTION_CONFIG
 
     spec: str
     keep_layers: int | None = None
@@ -85,26 +83,17 @@ class StudentConfig:
     freeze_layers: int = 0
     # Low-rank adapters instead of full fine-tuning, e.g. {rank: 16, alpha: 32, dropout: 0.0};
     # null = off. Adapters go on the attention and feed-forward projections of the unfrozen layers.
-    lora: dict[str, Any] | None = None
+    lora: LoraSettings | None = None
 
     @classmethod
     def from_params(cls, spec: str, section: dict[str, Any] | None, max_seq_length: int) -> StudentConfig:
-        section = dict(section or {})
-        known = {f.name for f in fields(cls)} - {"spec", "max_seq_length"}
-        unknown = set(section) - known
-        if unknown:
-            raise XdistillError(f"params train.student: unknown keys {sorted(unknown)} (known: {sorted(known)})")
-        config = cls(spec=spec, max_seq_length=max_seq_length, **section)
-        config.validate()
-        return config
+        return parse_section(cls, section, "train.student", spec=spec, max_seq_length=max_seq_length)
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
         if self.head_fit not in HEAD_FITS:
             raise XdistillError(f"params train.student.head_fit must be one of {list(HEAD_FITS)}, got {self.head_fit!r}")
         if self.freeze_layers < 0:
             raise XdistillError(f"params train.student.freeze_layers must be >= 0, got {self.freeze_layers}")
-        if self.lora is not None:
-            LoraSettings.from_params(self.lora)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -149,7 +138,7 @@ def build_student(config: StudentConfig, device: str | torch.device = "cpu", see
     if config.freeze_layers:
         freeze_lower_layers(model, config.freeze_layers)
     if config.lora is not None:
-        add_lora_adapters(model, LoraSettings.from_params(config.lora), config.freeze_layers)
+        add_lora_adapters(model, config.lora, config.freeze_layers)
     head_dim = head_dimension(config, model.get_embedding_dimension(), teacher_dim)
     if head_dim is not None:
         # The Dense head's random init must not depend on what ran before in the process

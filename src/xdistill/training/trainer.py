@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.io import atomic_path, write_json_atomic
 from xdistill.training import checkpoint as ckpt
@@ -84,27 +85,17 @@ class TrainParams:
     student: dict[str, Any] = field(default_factory=dict)
     loss: dict[str, Any] = field(default_factory=lambda: {"mse": 1.0})
 
+    __pydantic_config__ = SECTION_CONFIG
+
     @classmethod
     def from_params(cls, section: dict[str, Any] | None) -> TrainParams:
-        section = dict(section or {})
-        known = set(cls.__dataclass_fields__)
-        unknown = set(section) - known
-        if unknown:
-            moved = sorted(unknown & {"threads", "log_every"})
-            hint = f"; {', '.join(moved)} moved to the runtime section" if moved else ""
-            raise XdistillError(f"params train: unknown keys {sorted(unknown)} (known: {sorted(known)}){hint}")
-        # YAML reads "2e-5" (no dot) as a string: coerce the numeric fields.
-        for name in ("learning_rate", "weight_decay", "warmup_ratio", "max_grad_norm", "collapse_threshold"):
-            if name in section:
-                try:
-                    section[name] = float(section[name])
-                except (TypeError, ValueError) as exc:
-                    raise XdistillError(f"params train.{name} must be a number, got {section[name]!r}") from exc
-        params = cls(**section)
-        params.validate()
-        return params
+        moved = sorted(set(section or {}) & {"threads", "log_every"})
+        if moved:
+            raise XdistillError(f"params train: {', '.join(moved)} moved to the runtime section (how a run executes, "
+                                "not what it produces, so no stage depends on it)")
+        return parse_section(cls, section, "train")
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.grad_accumulation < 1:
             raise XdistillError("params train: steps, batch_size and grad_accumulation must be >= 1")
         if self.batch_size % self.grad_accumulation:
@@ -134,8 +125,14 @@ class TrainParams:
 class RuntimeSettings:
     """How a run executes without changing its result (params.yaml ``runtime``, not a DVC param)."""
 
+    __pydantic_config__ = SECTION_CONFIG
+
     threads: int | None = None  # torch CPU threads (None: torch's default)
     log_every: int = 10  # progress line every N steps
+
+    @classmethod
+    def from_params(cls, section: dict[str, Any] | None) -> RuntimeSettings:
+        return parse_section(cls, section, "runtime")
 
     def __post_init__(self) -> None:
         if self.log_every < 1 or (self.threads is not None and self.threads < 1):

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.evaluation.metrics import mean_or_nan, paired_cosine, spearman_x100
 from xdistill.training.batches import Featurizer, TokenizedPairs, encode_token_ids
@@ -39,21 +40,19 @@ SELECTION_METRICS = {"dev_score": "max", "dev_mse_x100": "min", "dev_accuracy": 
 class DevScoreWeights:
     """``train.dev_score_weights``: how much each part counts in ``dev_score`` (0 = left out)."""
 
+    __pydantic_config__ = SECTION_CONFIG
+
     sts: float = 1.0
     accuracy: float = 1.0
     teacher_accuracy: float = 1.0
 
+    def __post_init__(self) -> None:
+        if min(asdict(self).values()) < 0 or not any(asdict(self).values()):
+            raise XdistillError(f"params train.dev_score_weights: weights must be >= 0, one of them > 0; got {asdict(self)}")
+
     @classmethod
     def from_params(cls, section: Mapping[str, Any] | None) -> DevScoreWeights:
-        section = dict(section or {})
-        unknown = set(section) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise XdistillError(f"params train.dev_score_weights: unknown keys {sorted(unknown)} "
-                                f"(known: {sorted(cls.__dataclass_fields__)})")
-        weights = cls(**{k: float(v) for k, v in section.items()})
-        if min(asdict(weights).values()) < 0 or not any(asdict(weights).values()):
-            raise XdistillError(f"params train.dev_score_weights: weights must be >= 0, one of them > 0; got {section}")
-        return weights
+        return parse_section(cls, section, "train.dev_score_weights")
 
     def combine(self, parts: Mapping[str, float]) -> float:
         """Weighted mean of the finite parts (a part that cannot be measured drops out)."""
