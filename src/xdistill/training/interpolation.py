@@ -8,6 +8,12 @@ training started* (the base encoder with its head already fitted to the teacher,
 checkpoint; ``(1 - a) * start + a * trained`` for each ``a`` of ``train.interpolation``, the one
 with the best dev selection metric is exported. ``a = 0`` is the starting student, ``a = 1`` the
 trained one.
+
+With ``train.interpolation_from: base`` the first end is the untrained base itself: its own
+encoder weights and an identity head (zero-padded when the teacher is wider), so ``a = 0``
+reproduces the base's embeddings exactly and intermediate weights mix the base's own space into
+the teacher's. That trades teacher-space compatibility for the base's strengths; the dev score,
+which contains teacher-space retrieval, decides how far.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 
 from xdistill.errors import XdistillError
-from xdistill.training.student import load_trainable_state_dict
+from xdistill.training.student import load_trainable_state_dict, output_dense
 
 
 def interpolate_states(start: Mapping[str, torch.Tensor], end: Mapping[str, torch.Tensor],
@@ -67,3 +73,19 @@ def choose_interpolation(student: torch.nn.Module, start: Mapping[str, torch.Ten
     assert best_alpha is not None
     load_trainable_state_dict(student, interpolate_states(start, end, best_alpha))
     return best_alpha, results
+
+
+def with_identity_head(student: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with the student's Dense head set to the identity (zero-padded to a wider output)."""
+    head = output_dense(student)
+    if head is None:
+        raise XdistillError("train.interpolation_from: base needs a student with a Dense head")
+    out_dim, in_dim = head.linear.weight.shape
+    if out_dim < in_dim:
+        raise XdistillError(f"train.interpolation_from: base needs a head at least as wide as the encoder "
+                            f"({in_dim} -> {out_dim} cannot be the identity); use interpolation_from: start")
+    names = {id(parameter): name for name, parameter in student.named_parameters()}
+    identity = dict(state)
+    identity[names[id(head.linear.weight)]] = torch.eye(out_dim, in_dim, dtype=head.linear.weight.dtype)
+    identity[names[id(head.linear.bias)]] = torch.zeros(out_dim, dtype=head.linear.bias.dtype)
+    return identity

@@ -76,6 +76,7 @@ class TrainParams:
     selection_metric: str = "dev_score"
     dev_score_weights: dict[str, float] = field(default_factory=dict)
     interpolation: list[float] | None = None
+    interpolation_from: str = "start"  # "start": the student as training started; "base": the untrained base
     collapse_threshold: float = 0.95
     train_max_pairs: int | None = None
     dev_max_pairs: int | None = 500
@@ -114,6 +115,8 @@ class TrainParams:
             from xdistill.training.interpolation import check_alphas
 
             check_alphas(self.interpolation)
+        if self.interpolation_from not in ("start", "base"):
+            raise XdistillError(f"params train.interpolation_from must be start or base, got {self.interpolation_from!r}")
 
     @property
     def micro_batch(self) -> int:
@@ -435,17 +438,23 @@ def _interpolate(run: _Run, state: _LoopState) -> dict[str, Any]:
         raise XdistillError(f"{run.outputs.checkpoint_dir / INITIAL} is missing: cannot interpolate "
                             "(delete the checkpoint folder to train from the start)")
     end = trainable_state_dict(run.student)
+    origin = start["model"]
     known = {0.0: state.initial_metrics}
+    if params.interpolation_from == "base":
+        from xdistill.training.interpolation import with_identity_head
+
+        origin, known = with_identity_head(run.student, origin), {}
     if state.best_metrics:
         known[1.0] = state.best_metrics
     metric = params.selection_metric
     alpha, results = choose_interpolation(
-        run.student, start["model"], end, params.interpolation, run.measure,
+        run.student, origin, end, params.interpolation, run.measure,
         lambda value, best: is_better(metric, value, best), metric, known)
     for a, metrics in results.items():
         logger.info("interpolation a=%.2f: %s %.3f", a, metric, metrics[metric])
-    logger.info("exporting the interpolation a=%.2f of the starting and the best student", alpha)
-    return {"alpha": alpha, "metric": metric, "selected": results[alpha],
+    logger.info("exporting the interpolation a=%.2f of the %s and the best student", alpha,
+                "untrained base" if params.interpolation_from == "base" else "starting student")
+    return {"alpha": alpha, "metric": metric, "from": params.interpolation_from, "selected": results[alpha],
             "by_alpha": {f"{a:g}": m for a, m in results.items()}}
 
 
