@@ -29,15 +29,18 @@ def _adapter(cls: type) -> TypeAdapter:
     return TypeAdapter(cls)
 
 
-def parse_section(cls: type[T], section: Mapping[str, Any] | None, where: str, **fixed: Any) -> T:
+def parse_section(cls: type[T], section: Mapping[str, Any] | None, where: str, *, null_is_default: bool = False,
+                  **fixed: Any) -> T:
     """``cls`` built from ``section`` (plus ``fixed`` values that do not come from params.yaml).
 
-    ``where`` names the section in errors, e.g. ``"train.student"``.
+    ``where`` names the section in errors, e.g. ``"train.student"``; ``null_is_default``: a key
+    set to null takes the field's default (sections whose every field has a non-null default).
     """
     if section is not None and not isinstance(section, Mapping):
         raise XdistillError(f"params {where}: expected a mapping of settings, got {type(section).__name__}")
+    values = {k: v for k, v in (section or {}).items() if not (null_is_default and v is None)}
     try:
-        return _adapter(cls).validate_python({**(section or {}), **fixed})
+        return _adapter(cls).validate_python({**values, **fixed})
     except ValidationError as exc:
         raise XdistillError(describe(exc, cls, where, fixed)) from None
 

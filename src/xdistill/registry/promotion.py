@@ -73,7 +73,7 @@ class PromoteConfig:
     @classmethod
     def from_params(cls, section: dict[str, Any] | None) -> PromoteConfig:
         """The section's settings; a null value means the default."""
-        return parse_section(cls, {k: v for k, v in (section or {}).items() if v is not None}, "promote")
+        return parse_section(cls, section, "promote", null_is_default=True)
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ class RegisterConfig:
     @classmethod
     def from_params(cls, section: dict[str, Any] | None) -> RegisterConfig:
         """The section's settings; a null value means the default."""
-        return parse_section(cls, {k: v for k, v in (section or {}).items() if v is not None}, "register")
+        return parse_section(cls, section, "register", null_is_default=True)
 
 
 @dataclass(frozen=True)
