@@ -219,14 +219,14 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SystemExit(f"unknown member(s) {unknown} in {args.config}")
         os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-        for member in runs(config):
-            if member["name"] in chosen:
-                if args.skip_done and (args.results / member["name"] / "run.json").is_file():
-                    print(f"{member['name']}: already exported, skipped")
-                    continue
-                info = run_member(args.project.resolve(), config, member, args.results)
-                print(f"{member['name']}: {json.dumps(info['flow_result'].get('promotion', {}))}")
-                write_results(config, args.results, args.output)
+        by_name = {member["name"]: member for member in runs(config)}
+        for member in (by_name[name] for name in dict.fromkeys(chosen)):  # in the order asked for
+            if args.skip_done and (args.results / member["name"] / "run.json").is_file():
+                print(f"{member['name']}: already exported, skipped")
+                continue
+            info = run_member(args.project.resolve(), config, member, args.results)
+            print(f"{member['name']}: {json.dumps(info['flow_result'].get('promotion', {}))}")
+            write_results(config, args.results, args.output)
     elif args.command == "tatoeba-all":
         models = tatoeba_models(config, args.results, args.project.resolve())
         if args.only:
