@@ -59,7 +59,8 @@ def write_pairs(folder: Path, mirror: Path, n_pairs: int, n_dev: int) -> tuple[P
 
 
 def run_ours(train: Path, dev: Path, store: Path, student_spec: str, student_opts: dict, args, work: Path) -> dict:
-    from xdistill.training.trainer import OutputPaths, train_student
+    from xdistill.training.settings import OutputPaths
+    from xdistill.training.trainer import train_student
 
     params = {
         "seed": 1, "steps": args.steps, "batch_size": args.batch_size, "learning_rate": 5e-5,

@@ -21,7 +21,8 @@ from tests.trainer_helpers import (
     write_parallel_files,
 )
 from xdistill.errors import XdistillError
-from xdistill.training.trainer import OutputPaths, train_student
+from xdistill.training.settings import OutputPaths
+from xdistill.training.trainer import train_student
 
 PROBE = ["Der Zug fährt um zwölf Uhr ab.", "The train leaves at noon.", "Ich lese ein Buch im Garten."]
 

@@ -33,13 +33,8 @@ from tests.trainer_helpers import (
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.training import checkpoint as ckpt
 from xdistill.training.pairs import BatchStream, epoch_batches, read_parallel_pairs
-from xdistill.training.trainer import (
-    OutputPaths,
-    RuntimeSettings,
-    TrainParams,
-    linear_schedule,
-    train_student,
-)
+from xdistill.training.settings import OutputPaths, RuntimeSettings, TrainParams
+from xdistill.training.trainer import linear_schedule, train_student
 from xdistill.training.validation import TrainingCollapsedError, mean_pairwise_cosine
 
 REFERENCE = tiny_train_params(steps=16)

@@ -36,7 +36,8 @@ logger = logging.getLogger(__name__)
 def command(params: str, train_file: str, dev_file: str, teacher_dir: str, dev_sts: str, output: str,
             start_output: str, checkpoints: str, metrics: str, history: str, plot: str, device: str | None) -> int:
     """Distill the student from the teacher's stored embeddings."""
-    from xdistill.training.trainer import OutputPaths, RuntimeSettings, TrainParams, train_student
+    from xdistill.training.settings import OutputPaths, RuntimeSettings, TrainParams
+    from xdistill.training.trainer import train_student
 
     train_params = TrainParams.from_params(load_params("train", params))
     runtime = RuntimeSettings.from_params(load_params(None, params).get("runtime"))
