@@ -117,8 +117,18 @@ def test_trained_student_loads_locally_and_from_the_registry(project: Path, firs
     loaded = mlflow.sentence_transformers.load_model(registered["model_uri"])
     np.testing.assert_allclose(loaded.encode(SENTENCES, normalize_embeddings=True), local_vectors, atol=1e-5)
     run_data = mlflow.get_run(registered["run_id"]).data
-    assert run_data.metrics["eval.summary.primary_score"] == pytest.approx(
-        read_json(first_repro.outputs / "metrics/eval/summary.json")["primary_score"])
+    summary = read_json(first_repro.outputs / "metrics/eval/summary.json")
+    assert run_data.metrics["eval.summary.primary_score"] == pytest.approx(summary["primary_score"])
+    # the version carries the references the gate judges it against: its base and its teacher
+    from xdistill.registry.scores import Scores
+    from xdistill.registry.store import client_for
+
+    version = client_for(registered["tracking_uri"]).get_model_version(registered["model_name"],
+                                                                        registered["model_version"])
+    scores = Scores.from_tags(version.tags)
+    assert set(scores.references) == {"student-untrained", "teacher"}
+    assert scores.references["student-untrained"].primary == pytest.approx(
+        summary["models"]["student-untrained"]["primary_score"])
 
 
 def test_train_param_change_reruns_only_train_evaluate_register(project: Path, first_repro: FirstRepro) -> None:
