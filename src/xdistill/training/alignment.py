@@ -102,6 +102,16 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
     raise XdistillError(f"unknown head fit {method!r} (procrustes, least_squares)")
 
 
+def mean_pooled_norm(student, featurize: Featurizer, pairs: TokenizedPairs, batch_size: int,
+                     n_texts: int = 256) -> float:
+    """The mean L2 norm of the encoder's pooled embeddings (before head and Normalize) of training texts."""
+    rows = np.linspace(0, len(pairs) - 1, num=min(n_texts // 2, len(pairs))).round().astype(int)
+    ids = [pairs.src[i] for i in rows] + [pairs.tgt[i] for i in rows]
+    with modules_bypassed(student, "Dense", "Normalize"):
+        pooled = encode_token_ids(student, featurize, ids, batch_size)
+    return float(pooled.norm(dim=1).mean())
+
+
 def procrustes_map(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """The (semi-)orthogonal ``[in, out]`` map R minimising ``||source R - target||``."""
     u, _, vt = torch.linalg.svd(source.T @ target, full_matrices=False)

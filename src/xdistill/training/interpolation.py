@@ -75,8 +75,14 @@ def choose_interpolation(student: torch.nn.Module, start: Mapping[str, torch.Ten
     return best_alpha, results
 
 
-def with_identity_head(student: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``state`` with the student's Dense head set to the identity (zero-padded to a wider output)."""
+def with_identity_head(student: torch.nn.Module, state: Mapping[str, torch.Tensor],
+                       scale: float = 1.0) -> dict[str, torch.Tensor]:
+    """``state`` with the student's Dense head set to ``scale`` x the identity (zero-padded to a wider output).
+
+    The Normalize after the head makes the scale irrelevant at ``a = 0``; in between, a ``scale`` of
+    1 / (the encoder's typical pooled-embedding norm) gives both ends outputs of the same size, so
+    the mixture moves evenly from one space to the other instead of jumping.
+    """
     head = output_dense(student)
     if head is None:
         raise XdistillError("train.interpolation_from: base needs a student with a Dense head")
@@ -86,6 +92,6 @@ def with_identity_head(student: torch.nn.Module, state: Mapping[str, torch.Tenso
                             f"({in_dim} -> {out_dim} cannot be the identity); use interpolation_from: start")
     names = {id(parameter): name for name, parameter in student.named_parameters()}
     identity = dict(state)
-    identity[names[id(head.linear.weight)]] = torch.eye(out_dim, in_dim, dtype=head.linear.weight.dtype)
+    identity[names[id(head.linear.weight)]] = scale * torch.eye(out_dim, in_dim, dtype=head.linear.weight.dtype)
     identity[names[id(head.linear.bias)]] = torch.zeros(out_dim, dtype=head.linear.bias.dtype)
     return identity

@@ -334,9 +334,12 @@ def _interpolate(run: _Run, state: _LoopState) -> dict[str, Any]:
     origin = start["model"]
     known = {0.0: state.initial_metrics}
     if params.interpolation_from == "base":
+        from xdistill.training.alignment import mean_pooled_norm
         from xdistill.training.interpolation import with_identity_head
 
-        origin, known = with_identity_head(run.student, origin), {}
+        load_trainable_state_dict(run.student, origin)  # the encoder as it started: its pooled norms
+        scale = 1.0 / mean_pooled_norm(run.student, run.featurize, run.train, params.eval_batch_size)
+        origin, known = with_identity_head(run.student, origin, scale), {}
     if state.best_metrics:
         known[1.0] = state.best_metrics
     metric = params.selection_metric
