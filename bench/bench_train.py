@@ -59,19 +59,20 @@ def write_pairs(folder: Path, mirror: Path, n_pairs: int, n_dev: int) -> tuple[P
 
 
 def run_ours(train: Path, dev: Path, store: Path, student_spec: str, student_opts: dict, args, work: Path) -> dict:
-    from xdistill.training.settings import OutputPaths
+    from xdistill.training.settings import OutputPaths, RuntimeSettings
     from xdistill.training.trainer import train_student
 
     params = {
         "seed": 1, "steps": args.steps, "batch_size": args.batch_size, "learning_rate": 5e-5,
         "warmup_ratio": 0.1, "max_seq_length": args.max_seq_length, "eval_every": 10**6,
-        "checkpoint_every": 10**6, "log_every": max(1, args.steps // 4), "early_stopping_patience": None,
-        "dev_max_pairs": 16, "threads": args.threads, "student": student_opts, "loss": {"mse": 1.0},
+        "checkpoint_every": 10**6, "early_stopping_patience": None,
+        "dev_max_pairs": 16, "student": student_opts, "loss": {"mse": 1.0},
     }
+    runtime = RuntimeSettings(threads=args.threads, log_every=max(1, args.steps // 4))
     start = time.perf_counter()
     result = train_student(train, dev, store, student_spec, params,
                            OutputPaths(work / "ours", work / "ours-ckpt", None, None, None),
-                           teacher_spec=TEACHER, device="cpu")
+                           teacher_spec=TEACHER, device="cpu", runtime=runtime)
     wall = time.perf_counter() - start
     return {"pairs_per_second": result.pairs_per_second, "wall_seconds": wall,
             "train_loss_last": next(r["loss"] for r in reversed(result.history) if r["kind"] == "train")}

@@ -211,10 +211,11 @@ def test_racing_promotions_leave_the_winner(tmp_path: Path, tracking_uri: str) -
     champion and the worse one, setting the alias last, ends up champion."""
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"register": {"model_name": MODEL_NAME}, "promote": {"margin": 0.0}}))
-    v1 = cheap_version(tracking_uri, 0.50, {"de": 0.50})
-    promote(MODEL_NAME, v1, tracking_uri=tracking_uri)
-    worse = cheap_version(tracking_uri, 0.60, {"de": 0.60})
-    best = cheap_version(tracking_uri, 0.70, {"de": 0.70})
+    refs = {"student-untrained": Scores(0.40, {"de": 0.40}), "teacher": Scores(0.9, {"en": 0.8})}
+    v1 = cheap_version(tracking_uri, 0.50, {"de": 0.50}, references=refs)
+    assert promote(MODEL_NAME, v1, tracking_uri=tracking_uri).decision == "promoted"
+    worse = cheap_version(tracking_uri, 0.60, {"de": 0.60}, references=refs)
+    best = cheap_version(tracking_uri, 0.70, {"de": 0.70}, references=refs)
 
     first = _promote_process(params, tracking_uri, best, hold_s=2.0)
     time.sleep(0.5)
