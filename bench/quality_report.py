@@ -343,6 +343,21 @@ def _cell(value: Any, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _ablation_scale(config: Mapping[str, Any], first: Mapping[str, Any]) -> str:
+    """In words: the settings every variant shares (read from the first variant's own params.yaml)."""
+    params = first.get("params") or {}
+    train = params.get("train") or {}
+    teacher = (params.get("models") or {}).get("teacher", "?")
+    scale = (f"{', '.join(params.get('languages') or [])}; teacher `{teacher}`; "
+             f"{train.get('steps', '?')} steps x {train.get('batch_size', '?')} pairs")
+    if "ablation_common" in config:
+        shared = config.get("ablation_common") or {}
+        where = "the embedded default (params.yaml)" + (f" with `{json.dumps(shared)}`" if shared else "")
+    else:
+        where = "the common settings below"
+    return f"{where} ({scale})"
+
+
 def ablation_section(config: Mapping[str, Any], results: Path) -> str:
     """One row per ablation variant: what changed, its dev numbers (which chose it), its evaluation, its cost."""
     variants = [(spec, load_member(results / spec["name"])) for spec in config.get("ablation", [])
@@ -352,8 +367,8 @@ def ablation_section(config: Mapping[str, Any], results: Path) -> str:
     headers = ["variant", "changed (`-S` over the common settings)", *[t for _, t in ABLATION_DEV],
                *[t for _, t in ABLATION_EVAL], "wall", "gate"]
     lines = ["## Ablation: the recipe, one lever at a time", "",
-             "Each row is one `distill` flow run (`python bench/quality.py run --members NAME`) with the common settings "
-             "below and the mpnet-base teacher, 600 steps x 32 pairs. The dev columns are the trainer's development "
+             "Each row is one `distill` flow run (`python bench/quality.py run --members NAME`) with "
+             + _ablation_scale(config, variants[0][1]) + ". The dev columns are the trainer's development "
              "measurements of the exported student (what chose checkpoints and the WiSE-FT weight; metrics/train.json); "
              "the other columns are the evaluate stage's numbers on the evaluation sets, which only report. "
              "The first two rows are the references every variant starts from.", "",
