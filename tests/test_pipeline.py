@@ -24,7 +24,7 @@ from pipeline_project import make_pipeline_project, run
 
 from xdistill.registry.register import read_registration
 
-ALL_STAGES = ["corpora", "parallel", "teacher_embed", "train", "baselines", "evaluate", "register"]
+ALL_STAGES = ["corpora", "parallel", "teacher_embed", "train", "baselines", "evaluate_start", "evaluate", "register"]
 SENTENCES = ["The cat sits on the mat.", "Die Katze sitzt auf der Matte.", "El gato está en la alfombra."]
 
 pytestmark = pytest.mark.slow
@@ -78,13 +78,20 @@ def first_repro(project: Path) -> FirstRepro:
 def test_first_repro_runs_every_stage_and_writes_every_output(first_repro: FirstRepro) -> None:
     assert stages_run(first_repro.stdout) == ALL_STAGES
     summary = read_json(first_repro.outputs / "metrics/eval/summary.json")
-    assert set(summary["models"]) == {"student", "student-untrained", "teacher"}
+    assert set(summary["models"]) == {"student", "student-start", "student-untrained", "teacher"}
     for label, scores in summary["models"].items():
         assert 0 < scores["tatoeba_average"] <= 100, label
     # the English teacher cannot match translations; the multilingual students can
     assert summary["models"]["student"]["tatoeba_average"] > summary["models"]["teacher"]["tatoeba_average"] + 20
+    # teacher-space retrieval: the untrained student is not in the teacher's space, the fitted head puts it there
+    models = summary["models"]
+    assert models["student-untrained"]["teacher_space_flores_accuracy"] < 5
+    assert models["student-start"]["teacher_space_flores_accuracy"] > 10
+    assert 0 <= models["student"]["teacher_space_flores_min"] <= models["student"]["teacher_space_flores_accuracy"]
     train = read_json(first_repro.outputs / "metrics/train.json")
-    assert train["steps"] == 6 and train["best"]["dev_mse_x100"] < train["initial"]["dev_mse_x100"]
+    assert train["steps"] == 6 and train["interpolation"]["alpha"] in (0.0, 0.5, 1.0)
+    assert train["exported"] == train["interpolation"]["by_alpha"][f"{train['interpolation']['alpha']:g}"]
+    assert {"dev_sts_en-en", "dev_sts_de-en", "dev_teacher_accuracy"} <= set(train["initial"])
     for png in ["plots/data_report.png", "plots/train_curves.png", "plots/eval/sts17.png", "plots/eval/tatoeba.png"]:
         assert (first_repro.outputs / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
     assert "| " in (first_repro.outputs / "reports/data_report.md").read_text(encoding="utf-8")
@@ -128,8 +135,9 @@ def test_low_dimensional_student_runs_through_the_same_pipeline(project: Path, f
     set_params(project, train={"student.output_dim": 128, "student.align_to_teacher": False,
                                "loss.mse": 0.0, "loss.feature_distillation": 1.0})
     rerun = run(["dvc", "repro"], project)
-    # a new student and new loss weights compute no teacher embedding and re-read no data
-    assert stages_run(rerun.stdout) == ["train", "evaluate", "register"]
+    # a new student and new loss weights compute no teacher embedding and re-read no data; the new
+    # head makes a new starting student
+    assert stages_run(rerun.stdout) == ["train", "evaluate_start", "evaluate", "register"]
     student = SentenceTransformer(str(project / "models/student"), device="cpu")
     assert student.encode(SENTENCES).shape == (3, 128)
     summary = read_json(project / "metrics/eval/summary.json")

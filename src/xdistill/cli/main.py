@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("models", "resolve, convert and cache model specs (pypi:..., folders, hub ids)"),
     "encode": ("encode", "embed a text file (one sentence per line) into a .npy file"),
     "mine": ("mine", "mine parallel sentence pairs between two text files (margin scoring)"),
+    "search": ("search", "query an index built by one model (e.g. the teacher) with another (e.g. the student)"),
 }
 
 

@@ -143,25 +143,34 @@ def write_outputs(all_results: dict[str, dict[str, Any]], primary_label: str, la
     return summary
 
 
-def run_student_evaluation(settings: EvaluationSettings, student_spec: str, teacher_spec: str, raw_dir: str | Path,
-                           dev_path: str | Path | None, baselines_dir: str | Path, metrics_dir: str | Path,
-                           reports_dir: str | Path, plots_dir: str | Path,
-                           start_spec: str | None = None) -> dict[str, Any]:
-    """Evaluate the trained student (and, given ``start_spec``, the student as training started)
-    and write every output with the baselines side by side."""
-    baselines = load_baselines(baselines_dir)
-    results: dict[str, dict[str, Any]] = {}
+def run_start_evaluation(settings: EvaluationSettings, start_spec: str, teacher_spec: str, raw_dir: str | Path,
+                         dev_path: str | Path | None, out_dir: str | Path) -> dict[str, Any]:
+    """Evaluate the student as training started into ``out_dir/student-start.json`` (its own DVC stage,
+    so recipes that share the starting student share this evaluation through DVC's run cache)."""
     with prepared_inputs(raw_dir, settings, dev_path) as inputs:
         teacher = _load_encoder(teacher_spec, settings.batch_size)
-        for label, spec in ((STUDENT_LABEL, student_spec), (START_LABEL, start_spec)):
-            if spec is None:
-                continue
-            model = _load_encoder(spec, settings.batch_size)
-            results[label] = {**evaluate_model(model, label, settings, inputs, teacher=teacher),
-                              "settings": settings.as_dict()}
-            logger.info("%s (%s): evaluated in %.0f s", label, spec, results[label]["seconds"])
-            del model
-    summary = write_outputs({**baselines, **results}, STUDENT_LABEL, settings.languages,
+        model = _load_encoder(start_spec, settings.batch_size)
+        result = {**evaluate_model(model, START_LABEL, settings, inputs, teacher=teacher), "settings": settings.as_dict()}
+    logger.info("%s (%s): evaluated in %.0f s", START_LABEL, start_spec, result["seconds"])
+    with atomic_path(out_dir, is_dir=True) as tmp:
+        write_json_atomic(tmp / f"{START_LABEL}.json", result)
+    return result
+
+
+def run_student_evaluation(settings: EvaluationSettings, student_spec: str, teacher_spec: str, raw_dir: str | Path,
+                           dev_path: str | Path | None, baselines_dirs: list[str | Path], metrics_dir: str | Path,
+                           reports_dir: str | Path, plots_dir: str | Path) -> dict[str, Any]:
+    """Evaluate the trained student and write every output with the stored baselines side by side."""
+    baselines: dict[str, dict[str, Any]] = {}
+    for folder in baselines_dirs:
+        baselines.update(load_baselines(folder))
+    with prepared_inputs(raw_dir, settings, dev_path) as inputs:
+        teacher = _load_encoder(teacher_spec, settings.batch_size)
+        student = _load_encoder(student_spec, settings.batch_size)
+        result = {**evaluate_model(student, STUDENT_LABEL, settings, inputs, teacher=teacher),
+                  "settings": settings.as_dict()}
+    logger.info("student (%s): evaluated in %.0f s", student_spec, result["seconds"])
+    summary = write_outputs({**baselines, STUDENT_LABEL: result}, STUDENT_LABEL, settings.languages,
                             metrics_dir, reports_dir, plots_dir)
     logger.info("primary score %.2f (student)", summary.get("primary_score", float("nan")))
     return summary
