@@ -25,9 +25,12 @@ BAD_TEXTS: dict[str, tuple[bytes, str]] = {
 
 
 def error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """The error line the command printed last on stderr (after any progress bar), checked to be all there is."""
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1, err  # one line, no traceback
-    return err
+    assert "Traceback" not in err and "error: " in err, err
+    line = err[err.rindex("error: "):]
+    assert line.count("\n") == 1 and line.endswith("\n"), err  # one line
+    return line
 
 
 @pytest.fixture
@@ -108,3 +111,27 @@ def test_a_bad_params_file(content: bytes, problem: str, tmp_path: Path, capsys:
     assert main(["parallel", "--params", str(params)]) == 2
     err = error_line(capsys)
     assert err.startswith(f"error: {params}") and problem in err
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (b"", ": empty file: a configured parallel-data source holds no line"),
+    (b"\x89PNG\x00\x00\x1a\n" * 4, ": 4 of 4 rows malformed (NUL byte: 4)"),
+    (b"just one column\nanother one\n", ": 2 of 2 rows malformed (1 columns, expected at least 2: 2)"),
+], ids=["empty", "binary", "one-column"])
+def test_parallel_names_a_bad_source_file(content: bytes, problem: str, tmp_path: Path, mirror_dir: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from data_helpers import stage_tiny_raw
+
+    raw = tmp_path / "raw"
+    stage_tiny_raw(raw, mirror_dir, ["de"])
+    source = raw / "train" / "own" / "pairs-de.tsv"
+    source.parent.mkdir(parents=True)
+    source.write_bytes(content)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"languages": ["de"], "parallel": {
+        "sources": [{"name": "own", "format": "st_parallel", "files": "train/own/pairs-{lang}.tsv"}]}}))
+    assert main(["parallel", "--params", str(params), "--raw", str(raw), "--out", str(tmp_path / "parallel"),
+                 "--metrics", str(tmp_path / "m.json"), "--report", str(tmp_path / "r.md"),
+                 "--plot", str(tmp_path / "p.png")]) == 2
+    assert error_line(capsys).startswith(f"error: {source}{problem}")
+    assert not (tmp_path / "parallel" / "train.tsv.gz").exists()
