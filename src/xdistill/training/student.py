@@ -47,11 +47,14 @@ class StudentConfig:
     # Procrustes map onto the teacher; with a smaller output_dim it starts as the student's top
     # principal axes (and the feature-distillation projection as a least-squares fit).
     align_to_teacher: bool = False
+    # None: the full vocabulary; "corpus": trim tokenizer and word embeddings to the pieces the
+    # pipeline's corpus uses (xdistill.models.vocabulary).
+    vocabulary: str | None = None
 
     @classmethod
     def from_params(cls, spec: str, section: dict[str, Any] | None, max_seq_length: int) -> StudentConfig:
         section = dict(section or {})
-        known = {"keep_layers", "freeze_word_embeddings", "output_dim", "dropout", "align_to_teacher"}
+        known = {"keep_layers", "freeze_word_embeddings", "output_dim", "dropout", "align_to_teacher", "vocabulary"}
         unknown = set(section) - known
         if unknown:
             raise XdistillError(f"params train.student: unknown keys {sorted(unknown)} (known: {sorted(known)})")
@@ -86,6 +89,7 @@ def build_student(config: StudentConfig, device: str | torch.device = "cpu", see
     ``teacher_dim`` sizes the Dense head of an ``align_to_teacher`` student with no ``output_dim``.
     """
     from xdistill.models import load_sentence_transformer
+    from xdistill.models.vocabulary import apply_vocabulary_option
 
     model = load_sentence_transformer(config.spec)
     model.max_seq_length = config.max_seq_length
@@ -93,6 +97,7 @@ def build_student(config: StudentConfig, device: str | torch.device = "cpu", see
         keep_first_layers(model, config.keep_layers)
     if config.dropout is not None:
         set_dropout(model, config.dropout)
+    apply_vocabulary_option(model, config.vocabulary)
     if config.freeze_word_embeddings:
         freeze_word_embeddings(model)
     head_dim = head_dimension(config, model.get_embedding_dimension(), teacher_dim)
