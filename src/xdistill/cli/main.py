@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("models", "resolve, convert and cache model specs (pypi:..., folders, hub ids)"),
     "encode": ("encode", "embed a text file (one sentence per line) into a .npy file"),
     "mine": ("mine", "mine parallel sentence pairs between two text files (margin scoring)"),
+    "export": ("export", "write a student as ONNX fp32, ONNX int8 and fp16 safetensors"),
 }
 
 

@@ -20,6 +20,7 @@ WRITE_CHUNK = 10_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from xdistill.cli.export import add_backend_argument
     from xdistill.mining.margin import MARGINS, RETRIEVALS
 
     parser.add_argument("src", type=Path, help="source text file, one sentence per line")
@@ -40,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--work-dir", type=Path, default=None,
                         help="where the embeddings are written (default: a temporary folder, removed after)")
     parser.add_argument("--device", default=None, help="torch device (default: automatic)")
+    add_backend_argument(parser)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
@@ -64,7 +66,7 @@ def _mine(args: argparse.Namespace, src_lines, tgt_lines, work_dir: Path) -> int
     from xdistill.models import load_encoder
 
     progress = not args.no_progress
-    encoder = load_encoder(args.model, device=args.device)
+    encoder = load_encoder(args.model, device=args.device, backend=args.backend)
     embeddings = []
     for side, lines in (("src", src_lines), ("tgt", tgt_lines)):
         embeddings.append(encode_file(encoder, lines.path, work_dir / f"{side}.npy", batch_size=args.batch_size,
