@@ -194,22 +194,25 @@ def run_speed(args: argparse.Namespace) -> None:
 
     from xdistill.export import export_student
 
-    languages = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["languages"]
+    languages = args.languages or yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["languages"]
     student = Path(args.student).resolve()
-    parallel = [ROOT / "data/parallel/train.tsv.gz", ROOT / "data/parallel/dev.tsv.gz"]
+    if not (student / "modules.json").is_file():
+        sys.exit(f"error: {student}: no student folder; run `dvc repro` first (or pass --student)")
+    parallel_dir, raw_dir = Path(args.parallel_dir), Path(args.raw_dir)
+    parallel = [parallel_dir / "train.tsv.gz", parallel_dir / "dev.tsv.gz"]
     with tempfile.TemporaryDirectory(prefix="bench-export-", dir=args.work_dir) as tmp:
         trimmed, exported = Path(tmp) / "trimmed", Path(tmp) / "exported"
-        trim = trim_student(student, trimmed, parallel, ROOT / "data/raw")
+        trim = trim_student(student, trimmed, parallel, raw_dir)
         report = export_student(trimmed, exported)
         rows = [trimming_row(student, trimmed, trim)]
         rows += export_rows(student, trimmed, exported, real_sentences(args.sentences), languages,
-                            ROOT / "data/raw/eval", args.repeats, args.tiny)
+                            raw_dir / "eval", args.repeats, args.tiny)
         rows[0].details["export_report"] = report.as_dict()
         if args.keep:
             import shutil
 
             shutil.copytree(exported, args.keep, dirs_exist_ok=True)
-    report_rows("export", rows, args.tiny)
+    report_rows("export", rows, args.tiny, args.json)
 
 
 def run_tatoeba_all(args: argparse.Namespace) -> None:
@@ -246,6 +249,10 @@ def main() -> None:
     parser.add_argument("--max-pairs", type=int, default=None, help="tatoeba-all: pairs per language")
     parser.add_argument("--work-dir", default=None, help="where the trimmed student and exports are written")
     parser.add_argument("--keep", default=None, help="copy the exported folder here")
+    parser.add_argument("--parallel-dir", default=str(ROOT / "data/parallel"), help="train/dev pairs (trimming corpus)")
+    parser.add_argument("--raw-dir", default=str(ROOT / "data/raw"), help="staged corpora: eval/ sets (trimming, quality)")
+    parser.add_argument("--languages", nargs="+", default=None, help="Tatoeba languages (default: params.yaml)")
+    parser.add_argument("--json", default=None, help="also write the rows here (tests)")
     parser.add_argument("--tiny", action="store_true", help="small sizes; print only")
     args = parser.parse_args()
     if args.tiny:
