@@ -11,7 +11,7 @@ student (``--student``, default models/student):
    of ``--sentences`` real sentences, batch 64, torch's threads for every backend, repeats
    alternating with the reference), model size on disk and parameters, index size, and the quality
    delta on STS17 and Tatoeba (the pipeline's protocol: official STS17 tracks, Tatoeba test sets
-   of ``languages`` in params.yaml, 1000 pairs each) against the reference.
+   of ``languages`` in params.yaml, ``--tatoeba-pairs`` (1000 = all) pairs each) against the reference.
 
 Targets (issue 14): >= 3x the reference's encoding speed with <= 1 point loss on the STS17 and
 Tatoeba averages; <= 50M parameters and <= 100 MB on disk.
@@ -83,13 +83,13 @@ def trim_student(student: Path, out: Path, parallel: list[Path], raw_dir: Path) 
     return trim.as_dict()
 
 
-def quality(model, languages: list[str], eval_dir: Path, tiny: bool) -> dict[str, float]:
+def quality(model, languages: list[str], eval_dir: Path, tatoeba_pairs: int) -> dict[str, float]:
     """STS17 and Tatoeba averages as the evaluate stage computes them."""
     from xdistill.evaluation.suite import EvaluationInputs, EvaluationSettings, evaluate_model
     from xdistill.models.encoders import SentenceTransformerEncoder
 
     settings = EvaluationSettings(languages=languages, benchmarks=["sts17", "tatoeba"],
-                                  sts17_max_pairs=40 if tiny else None, tatoeba_max_pairs=100 if tiny else 1000,
+                                  sts17_max_pairs=40 if tatoeba_pairs < 200 else None, tatoeba_max_pairs=tatoeba_pairs,
                                   pca_sentences=0)
     result = evaluate_model(SentenceTransformerEncoder(model, "bench"), "bench", settings, EvaluationInputs(eval_dir))
     return {"sts17": result["benchmarks"]["sts17"]["scores"]["average"],
@@ -131,7 +131,7 @@ def _parameters(folder: Path) -> int:
 
 
 def export_rows(student: Path, trimmed: Path, exported: Path, sentences: list[str], languages: list[str],
-                eval_dir: Path, repeats: int, tiny: bool) -> list[Row]:
+                eval_dir: Path, repeats: int, tatoeba_pairs: int) -> list[Row]:
     import torch
 
     from xdistill.export.runtime import load_student
@@ -143,7 +143,7 @@ def export_rows(student: Path, trimmed: Path, exported: Path, sentences: list[st
         "trimmed, ONNX fp32 (onnxruntime)": (exported, "onnx"),
         "trimmed, ONNX dynamic int8 (onnxruntime)": (exported, "onnx-int8"),
     }
-    reference_quality = quality(reference, languages, eval_dir, tiny)
+    reference_quality = quality(reference, languages, eval_dir, tatoeba_pairs)
     reference_mb = disk_mb(student, "torch")
     reference_params = _parameters(student)
     dimension = int(reference.get_embedding_dimension())
@@ -151,7 +151,7 @@ def export_rows(student: Path, trimmed: Path, exported: Path, sentences: list[st
     rows = []
     for label, (folder, backend) in variants.items():
         model = load_student(folder, backend, device="cpu")
-        scores = quality(model, languages, eval_dir, tiny)
+        scores = quality(model, languages, eval_dir, tatoeba_pairs)
         for encoder in (model, reference):
             encoder.encode(sentences[:BATCH], batch_size=BATCH)  # warm-up
         ours, ref = alternate(lambda m=model: m.encode(sentences, batch_size=BATCH),
@@ -192,7 +192,7 @@ def _export_row(label: str, backend: str, folder: Path, n: int, ours: Timing, re
 def run_speed(args: argparse.Namespace) -> None:
     import yaml
 
-    from xdistill.export import export_student
+    from xdistill.export import REPORT_FILE, ExportReport, export_student
 
     languages = args.languages or yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["languages"]
     student = Path(args.student).resolve()
@@ -203,10 +203,14 @@ def run_speed(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-export-", dir=args.work_dir) as tmp:
         trimmed, exported = Path(tmp) / "trimmed", Path(tmp) / "exported"
         trim = trim_student(student, trimmed, parallel, raw_dir)
-        report = export_student(trimmed, exported)
+        if args.exported:  # an earlier run's export of the same trimmed student (exporting takes minutes)
+            exported = Path(args.exported)
+            report = ExportReport(**json.loads((exported / REPORT_FILE).read_text(encoding="utf-8")))
+        else:
+            report = export_student(trimmed, exported)
         rows = [trimming_row(student, trimmed, trim)]
         rows += export_rows(student, trimmed, exported, real_sentences(args.sentences), languages,
-                            raw_dir / "eval", args.repeats, args.tiny)
+                            raw_dir / "eval", args.repeats, args.tatoeba_pairs)
         rows[0].details["export_report"] = report.as_dict()
         if args.keep:
             import shutil
@@ -247,6 +251,8 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-pairs", type=int, default=None, help="tatoeba-all: pairs per language")
+    parser.add_argument("--tatoeba-pairs", type=int, default=1000, help="Tatoeba pairs per language (quality)")
+    parser.add_argument("--exported", default=None, help="reuse this export of the trimmed student")
     parser.add_argument("--work-dir", default=None, help="where the trimmed student and exports are written")
     parser.add_argument("--keep", default=None, help="copy the exported folder here")
     parser.add_argument("--parallel-dir", default=str(ROOT / "data/parallel"), help="train/dev pairs (trimming corpus)")
@@ -256,7 +262,7 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="small sizes; print only")
     args = parser.parse_args()
     if args.tiny:
-        args.sentences, args.repeats = 64, 1
+        args.sentences, args.repeats, args.tatoeba_pairs = 64, 1, 100
     (run_tatoeba_all if args.command == "tatoeba-all" else run_speed)(args)
 
 
