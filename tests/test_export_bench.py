@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,9 +20,17 @@ def test_bench_export_tiny_reports_trimming_and_every_export(tmp_path: Path) -> 
     pairs = {lang: tatoeba_pairs(lang, 30) for lang in ("de", "tr")}
     write_parallel(tmp_path / "parallel/train.tsv.gz", pairs)
     write_parallel(tmp_path / "parallel/dev.tsv.gz", {lang: rows[:5] for lang, rows in pairs.items()})
+    # the staged eval sets of the two languages only (the whole mirror's are ~50x more text to trim over)
+    eval_dir = tmp_path / "raw" / "eval"
+    shutil.copytree(mirror_dir() / "eval" / "sts17", eval_dir / "sts17")
+    (eval_dir / "tatoeba-laser").mkdir()
+    for code in ("deu", "tur"):
+        for side in (code, "eng"):
+            name = f"tatoeba.{code}-eng.{side}"
+            shutil.copy(mirror_dir() / "eval" / "tatoeba-laser" / name, eval_dir / "tatoeba-laser" / name)
     rows_file = tmp_path / "rows.json"
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_export.py"), "--tiny", "--student", str(student),
-                           "--parallel-dir", str(tmp_path / "parallel"), "--raw-dir", str(mirror_dir()),
+                           "--parallel-dir", str(tmp_path / "parallel"), "--raw-dir", str(tmp_path / "raw"),
                            "--languages", "de", "tr", "--work-dir", str(tmp_path), "--json", str(rows_file)],
                           cwd=ROOT, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
