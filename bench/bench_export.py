@@ -62,7 +62,7 @@ def load_probe(folder: Path, backend: str) -> dict[str, float]:
 
 def disk_mb(folder: Path, backend: str) -> float:
     """What ``backend`` loads from ``folder``: everything but the other backends' weight files."""
-    from xdistill.export import ONNX_FILES
+    from xdistill.export.files import ONNX_FILES
     from xdistill.export.runtime import folder_size_mb
 
     others = [path for name, path in ONNX_FILES.items() if path and name != backend]
@@ -192,7 +192,8 @@ def _export_row(label: str, backend: str, folder: Path, n: int, ours: Timing, re
 def run_speed(args: argparse.Namespace) -> None:
     import yaml
 
-    from xdistill.export import REPORT_FILE, ExportReport, export_student
+    from xdistill.export.files import REPORT_FILE
+    from xdistill.export.writer import ExportReport, export_student
 
     languages = args.languages or yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["languages"]
     student = Path(args.student).resolve()

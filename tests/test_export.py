@@ -11,7 +11,8 @@ import pytest
 from tests.lightweight_helpers import LANGUAGES, tatoeba_pairs, tiny_e5_student
 from xdistill.cli.main import main
 from xdistill.errors import XdistillError
-from xdistill.export import ONNX_FILES, ONNX_FP32_MIN_COSINE, ONNX_INT8_MIN_COSINE, export_student
+from xdistill.export.files import ONNX_FILES
+from xdistill.export.writer import ONNX_FP32_MIN_COSINE, ONNX_INT8_MIN_COSINE, export_student
 from xdistill.export.runtime import load_student
 from xdistill.models import load_encoder
 from xdistill.models.vocabulary import trim_vocabulary

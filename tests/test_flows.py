@@ -45,7 +45,6 @@ UI_RUN_PARAMETERS: dict[str, Any] = {
         "train.batch_size": 8,
         "train.eval_every": 2,
         "train.checkpoint_every": 2,
-        "train.log_every": 1,
         "train.dev_max_pairs": 50,
         "evaluate.benchmarks": ["sts17", "tatoeba"],
         "evaluate.sts17_max_pairs": 50,
@@ -223,7 +222,14 @@ def test_ui_triggered_run_becomes_dvc_experiment_and_mlflow_run(stack: tuple[Loc
     assert mlflow_run.data.tags["dvc_experiment_rev"] == refs["ui-e2e"]
     artifacts = api.http.post("/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [flow_run_id]}}}).json()
     assert any(mlflow_run.info.run_id in (a.get("data") or "") for a in artifacts)
-    assert str(client.get_model_version_by_alias("xdistill-student", "champion").version) == "1"
+    # the gate judged version 1 against its untrained base: crowned exactly when it is not below it
+    version = client.get_model_version("xdistill-student", "1")
+    base = exp_summary["models"]["student-untrained"]["primary_score"]
+    promoted = version.tags["promotion.decision"] == "promoted"
+    assert promoted == (exp_summary["primary_score"] >= base and "regressed" not in version.tags["promotion.reasons"])
+    assert "untrained student" in version.tags["promotion.reasons"]
+    aliases = client.get_registered_model("xdistill-student").aliases
+    assert (aliases.get("champion") == "1") == promoted
 
     # one task per stage, and the stages' own progress in the task logs
     task_runs = api.http.post("/task_runs/filter", json={"flow_runs": {"id": {"any_": [flow_run_id]}}}).json()

