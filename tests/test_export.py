@@ -29,7 +29,7 @@ def exported(tmp_path_factory) -> tuple[Path, Path]:
     student = tiny_e5_student()
     trim_vocabulary(student, SENTENCES)
     source = save_student(student, root / "student")
-    export_student(source, root / "exported")
+    assert main(["export", str(source), "-o", str(root / "exported")]) == 0  # every format, through the CLI
     return source, root / "exported"
 
 
@@ -104,4 +104,6 @@ def test_folders_without_weights_give_clear_errors(exported, tmp_path: Path, cap
         export_student(tmp_path / "missing", tmp_path / "out")
     with pytest.raises(XdistillError, match="export formats must be among"):
         export_student(source, tmp_path / "out", ["tflite"])
+    assert main(["export", str(source), "-o", str(tmp_path / "out"), "--formats", "tflite"]) == 2
+    assert "'tflite' is not one of 'onnx', 'onnx-int8', 'fp16'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

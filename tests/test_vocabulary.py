@@ -114,6 +114,13 @@ def test_unknown_vocabulary_option_is_a_clear_error() -> None:
         tiny_e5_student(vocabulary="everything")
 
 
+def test_vocabulary_is_a_train_student_param() -> None:
+    assert StudentConfig.from_params("spec", {"vocabulary": "corpus"}, 64).vocabulary == "corpus"
+    assert StudentConfig.from_params("spec", {}, 64).vocabulary is None
+    with pytest.raises(XdistillError, match="vocabulary must be null or one of"):
+        StudentConfig.from_params("spec", {"vocabulary": "all"}, 64)
+
+
 def test_corpus_option_without_parallel_files_names_the_missing_file(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(XdistillError, match="data/parallel/train.tsv.gz"):
