@@ -17,7 +17,8 @@ from xdistill.models.vocabulary import (
     tokenisation_agreement,
     trim_vocabulary,
 )
-from xdistill.training.student import StudentConfig, build_student, save_student, transformer_backbone
+from xdistill.models.backbone import transformer_backbone
+from xdistill.training.student import StudentConfig, build_student, save_student
 
 KEPT = ["de", "ar", "zh", "tr"]
 
