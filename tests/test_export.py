@@ -92,7 +92,7 @@ def test_folders_without_weights_give_clear_errors(exported, tmp_path: Path, cap
     source, folder = exported
     bare = tmp_path / "bare"
     shutil.copytree(folder, bare, ignore=shutil.ignore_patterns("*.safetensors", "*.onnx"))
-    with pytest.raises(XdistillError, match="holds no model weights"):
+    with pytest.raises(XdistillError, match="model folder without weights"):  # resolve_model_dir checks first
         load_encoder(str(bare))
     with pytest.raises(XdistillError, match=r"no onnx/model_qint8_avx512_vnni.onnx for backend 'onnx-int8'"):
         load_student(bare, "onnx-int8")
