@@ -331,7 +331,7 @@ def params_section(config: Mapping[str, Any], members: list[tuple[dict[str, Any]
 
 
 ABLATION_DEV = [("dev_score", "dev score"), ("dev_sts", "dev STS"), ("dev_accuracy", "dev retrieval"),
-                ("dev_teacher_accuracy", "dev teacher-space")]
+                ("dev_teacher_accuracy", "dev teacher-space"), ("dev_mining_f1", "dev mining")]
 ABLATION_EVAL = [("primary_score", "primary"), ("sts17_average", "STS17"), ("sts17_monolingual_average", "STS17 mono"),
                  ("sts17_crosslingual_average", "STS17 cross"), ("sts_monolingual_average", "STSb mono"),
                  ("sts_crosslingual_average", "STSb cross"), ("tatoeba_average", "Tatoeba"),
