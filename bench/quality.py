@@ -62,8 +62,8 @@ def runs(config: dict[str, Any]) -> list[dict[str, Any]]:
 
 def member_overrides(config: dict[str, Any], member: dict[str, Any]) -> dict[str, Any]:
     """The member's ``-S`` overrides on top of the shared ones (``ablation_common`` for a variant)."""
-    shared = config.get("ablation_common") if is_ablation(config, member) and "ablation_common" in config else None
-    return {**((config.get("common") or {}) if shared is None else shared), **(member.get("overrides") or {})}
+    shared = "ablation_common" if is_ablation(config, member) and "ablation_common" in config else "common"
+    return {**(config.get(shared) or {}), **(member.get("overrides") or {})}
 
 
 def is_ablation(config: dict[str, Any], member: dict[str, Any]) -> bool:
