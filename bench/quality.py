@@ -49,15 +49,16 @@ EXPORTED_DIRS = ["metrics/eval"]
 def load_config(path: Path) -> dict[str, Any]:
     config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     config.setdefault("ablation", [])
-    names = [m.get("name") for m in config.get("members", []) + config["ablation"]]
+    config.setdefault("light", [])
+    names = [m.get("name") for m in config.get("members", []) + config["ablation"] + config["light"]]
     if not config.get("members") or None in names or len(set(names)) != len(names):
         raise SystemExit(f"{path}: every member and ablation variant needs a unique name")
     return config
 
 
 def runs(config: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every runnable entry: the ablation variants, then the members."""
-    return list(config["ablation"]) + list(config["members"])
+    """Every runnable entry: the ablation variants, the light students, then the members."""
+    return list(config["ablation"]) + list(config["light"]) + list(config["members"])
 
 
 def member_overrides(config: dict[str, Any], member: dict[str, Any]) -> dict[str, Any]:
@@ -67,7 +68,8 @@ def member_overrides(config: dict[str, Any], member: dict[str, Any]) -> dict[str
 
 
 def is_ablation(config: dict[str, Any], member: dict[str, Any]) -> bool:
-    return any(member["name"] == variant["name"] for variant in config.get("ablation", []))
+    """Ablation variants and light students run at the ablation's scale (``ablation_common``)."""
+    return any(member["name"] == variant["name"] for variant in config.get("ablation", []) + config.get("light", []))
 
 
 def run_member(project: Path, config: dict[str, Any], member: dict[str, Any], results: Path) -> dict[str, Any]:
@@ -177,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train every member (or --members), then write RESULTS.md")
     run.add_argument("--members", nargs="+", default=None,
-                     help="member or ablation names (default: every member); 'ablation' = every ablation variant")
+                     help="member, ablation or light-student names (default: every member); 'ablation' = every "
+                          "ablation variant, 'light' = every light student")
     run.add_argument("--skip-done", action="store_true", help="skip entries already exported (resume a queue)")
     run.add_argument("--config", type=Path, default=CONFIG)
     run.add_argument("--project", type=Path, default=REPO_ROOT, help="the project checkout (a git + DVC repo)")
@@ -201,8 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(args.config)
     if args.command == "run":
         chosen = args.members or [m["name"] for m in config["members"]]
-        if "ablation" in chosen:
-            chosen = [n for n in chosen if n != "ablation"] + [m["name"] for m in config["ablation"]]
+        for group in ("ablation", "light"):
+            if group in chosen:
+                chosen = [n for n in chosen if n != group] + [m["name"] for m in config[group]]
         unknown = sorted(set(chosen) - {m["name"] for m in runs(config)})
         if unknown:
             raise SystemExit(f"unknown member(s) {unknown} in {args.config}")

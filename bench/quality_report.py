@@ -406,6 +406,54 @@ def ablation_section(config: Mapping[str, Any], results: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+LIGHT_QUALITY = [("sts17_average", "STS17"), ("tatoeba_average", "Tatoeba")]
+LIGHT_KEEP_TARGET = 97.0  # % of the full student's STS17 and Tatoeba averages (issue 14)
+
+
+def light_section(config: Mapping[str, Any], results: Path) -> str:
+    """The light students (vocabulary trimming, fewer layers, a low-dimensional head) beside the full
+    student of the same scale (``ablation_winner``): size, speed and the share of its quality they keep."""
+    variants = [(spec, load_member(results / spec["name"])) for spec in config.get("light", [])
+                if (results / spec["name"] / "run.json").is_file()]
+    full = winner(config, results)
+    if not variants or not full:
+        return ""
+    full_spec, full_data = full[0]
+    full_student = _student_summary(full_data)
+    full_speed = (full_data["run"].get("student") or {}).get("sentences_per_second")
+    headers = ["student", "changed (`-S` over the default)", "dim", "parameters", "size MB", "sentences/s", "speed x",
+               *[t for _, t in LIGHT_QUALITY], *[f"% of full {t}" for _, t in LIGHT_QUALITY], "primary", "wall", "gate"]
+    lines = ["## Light students (issue 14): size, speed and the quality they keep", "",
+             "Each row is one `distill` flow run at the ablation's scale (`python bench/quality.py run --members NAME`), "
+             f"compared with the full student of the same recipe and scale (`{full_spec['name']}`). "
+             f"Targets: <= 50M parameters and <= 100 MB on disk keeping >= {LIGHT_KEEP_TARGET:.0f} % of the full "
+             "student's STS17 and Tatoeba averages; the 128-d student faster than the 384-d one. Size: the exported "
+             "fp32 folder (`xdistill export` writes fp16 and int8 copies: BENCHMARKS.md). Speed: "
+             "`SentenceTransformer.encode` of 512 FLORES English sentences on the 2-core CPU.", "",
+             "| " + " | ".join(headers) + " |", "|---|---|" + "---:|" * (len(headers) - 3) + "---|"]
+    rows = [({"name": full_spec["name"], "label": "full student (the default recipe)"}, full_data), *variants]
+    for spec, data in rows:
+        run, student = data["run"] or {}, _student_summary(data)
+        facts = run.get("student") or {}
+        speed = facts.get("sentences_per_second")
+        kept = [100.0 * student[k] / full_student[k] if student.get(k) and full_student.get(k) else None
+                for k, _ in LIGHT_QUALITY]
+        changed = ", ".join(f"`{k}={json.dumps(v)}`" for k, v in (spec.get("overrides") or {}).items()) or "-"
+        decision = ((run.get("flow_result") or {}).get("promotion") or {}).get("decision", "-")
+        lines.append(f"| {spec.get('label', spec['name'])} (`{spec['name']}`) | {changed} | {facts.get('dimension', '-')} "
+                     f"| {facts.get('parameters', 0) / 1e6:.1f}M | {facts.get('size_mb', '-')} | {_cell(speed)} "
+                     f"| {_cell(speed / full_speed if speed and full_speed else None, 2)} | "
+                     + " | ".join(_cell(student.get(k)) for k, _ in LIGHT_QUALITY) + " | "
+                     + " | ".join(_cell(value) for value in kept)
+                     + f" | {_cell(student.get('primary_score'))} | {run.get('wall_seconds', 0) / 60:.0f} min | {decision} |")
+    lines += [""]
+    return "\n".join(lines) + "\n"
+
+
+def _student_summary(data: Mapping[str, Any]) -> dict[str, Any]:
+    return ((data["eval"].get("summary") or {}).get("models") or {}).get("student") or {}
+
+
 def winner(config: Mapping[str, Any], results: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """The ablation variant named by ``ablation_winner`` (the recipe the embedded default uses), when it ran."""
     name = config.get("ablation_winner")
@@ -479,7 +527,7 @@ def render(config: Mapping[str, Any], results: Path, output_dir: Path) -> str:
     tatoeba_all = load_tatoeba_all(results)
     parts = ["\n".join(header) + "\n", "## Summary\n\n" + summary_table(members) + "\n",
              targets_section(members + winner(config, results)), deltas_section(members, tatoeba_all),
-             ablation_section(config, results),
+             ablation_section(config, results), light_section(config, results),
              students_section(members)]
     for name, title in BENCHMARK_SECTIONS:
         parts.append(benchmark_section(members, name, title))
