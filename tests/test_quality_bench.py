@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,7 @@ def test_quality_run_tiny_member_registers_exports_and_reports(tmp_path: Path, m
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert output.read_text() == report
+    check_light_section(config, results, tmp_path / "light", env)
 
     # tatoeba-all: the registered student (from the MLflow store) and the untrained one on chosen languages,
     # as many pairs as the pipeline's own Tatoeba evaluation (tiny params: 40)
@@ -119,3 +121,25 @@ def test_quality_run_tiny_member_registers_exports_and_reports(tmp_path: Path, m
     assert "](results/tatoeba_all.png)" in output.read_text()  # linked from RESULTS.md
     rerun = tatoeba_all()  # resumable: models already scored on these languages are skipped
     assert rerun.returncode == 0 and rerun.stdout.count("already scored") == 2, rerun.stdout + rerun.stderr[-2000:]
+
+
+def check_light_section(config: Path, results: Path, folder: Path, env: dict[str, str]) -> None:
+    """A light student is reported beside the full student of its recipe (``ablation_winner``) with the
+    share of its quality it keeps; the exports are reused (report only), so the share is 100 %."""
+    shutil.copytree(results, folder / "results")
+    shutil.copytree(results / "tiny-ablation", folder / "results" / "tiny-light")
+    light_config = folder / "quality.yaml"
+    light_config.write_text(yaml.safe_dump({
+        **yaml.safe_load(config.read_text()), "ablation_winner": "tiny-ablation",
+        "light": [{"name": "tiny-light", "label": "tiny light", "overrides": {"train.student.keep_layers": 1}}],
+    }), encoding="utf-8")
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "quality.py"), "report", "--config", str(light_config),
+                           "--results", str(folder / "results"), "--output", str(folder / "RESULTS.md")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = markdown_table_after((folder / "RESULTS.md").read_text(), "## Light students")
+    light, full = rows["tiny light (`tiny-light`)"], rows["full student (the default recipe) (`tiny-ablation`)"]
+    assert light["% of full STS17"] == light["% of full Tatoeba"] == "100.0"
+    assert "keep_layers=1" in light["changed (`-S` over the default)"] and full["speed x"] == "1.00"
+    student = json.loads((results / "tiny-ablation" / "run.json").read_text())["student"]
+    assert light["parameters"] == f"{student['parameters'] / 1e6:.1f}M"
