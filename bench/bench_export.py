@@ -17,6 +17,7 @@ Targets (issue 14): >= 3x the reference's encoding speed with <= 1 point loss on
 Tatoeba averages; <= 50M parameters and <= 100 MB on disk.
 
     python bench/bench_export.py                   # needs models/student, data/parallel, data/raw (dvc repro)
+    python bench/bench_export.py --light "6 layers=PATH"   # + a trained light student's ONNX int8
     python bench/bench_export.py --tiny            # seconds-to-minutes smoke run; prints only
     python bench/bench_export.py tatoeba-all       # Tatoeba, 112 languages: untrained mE5 full vs trimmed
 """
@@ -130,19 +131,14 @@ def _parameters(folder: Path) -> int:
     return total
 
 
-def export_rows(student: Path, trimmed: Path, exported: Path, sentences: list[str], languages: list[str],
+def export_rows(student: Path, variants: dict[str, tuple[Path, str]], sentences: list[str], languages: list[str],
                 eval_dir: Path, repeats: int, tatoeba_pairs: int) -> list[Row]:
+    """One row per ``{label: (folder, backend)}``: speed beside the fp32 ``student``, size, quality delta."""
     import torch
 
     from xdistill.export.runtime import load_student
 
     reference = load_student(student, "torch", device="cpu")
-    variants = {
-        "trimmed vocabulary, PyTorch fp32": (trimmed, "torch"),
-        "trimmed, fp16 safetensors (run as fp32 on CPU)": (exported, "torch"),
-        "trimmed, ONNX fp32 (onnxruntime)": (exported, "onnx"),
-        "trimmed, ONNX dynamic int8 (onnxruntime)": (exported, "onnx-int8"),
-    }
     reference_quality = quality(reference, languages, eval_dir, tatoeba_pairs)
     reference_mb = disk_mb(student, "torch")
     reference_params = _parameters(student)
@@ -209,8 +205,18 @@ def run_speed(args: argparse.Namespace) -> None:
             report = ExportReport(**json.loads((exported / REPORT_FILE).read_text(encoding="utf-8")))
         else:
             report = export_student(trimmed, exported)
+        variants = {
+            "trimmed vocabulary, PyTorch fp32": (trimmed, "torch"),
+            "trimmed, fp16 safetensors (run as fp32 on CPU)": (exported, "torch"),
+            "trimmed, ONNX fp32 (onnxruntime)": (exported, "onnx"),
+            "trimmed, ONNX dynamic int8 (onnxruntime)": (exported, "onnx-int8"),
+        }
+        for label, folder in light_students(args.light):  # smaller students: their fastest export
+            light_export = Path(tmp) / f"light-{len(variants)}"
+            export_student(folder, light_export)
+            variants[f"{label}, ONNX dynamic int8"] = (light_export, "onnx-int8")
         rows = [trimming_row(student, trimmed, trim)]
-        rows += export_rows(student, trimmed, exported, real_sentences(args.sentences), languages,
+        rows += export_rows(student, variants, real_sentences(args.sentences), languages,
                             raw_dir / "eval", args.repeats, args.tatoeba_pairs)
         rows[0].details["export_report"] = report.as_dict()
         if args.keep:
@@ -218,6 +224,18 @@ def run_speed(args: argparse.Namespace) -> None:
 
             shutil.copytree(exported, args.keep, dirs_exist_ok=True)
     report_rows("export", rows, args.tiny, args.json)
+
+
+def light_students(specs: list[str]) -> list[tuple[str, Path]]:
+    """``LABEL=FOLDER`` pairs of ``--light`` (a trained light student, e.g. a quality-run light row's
+    registered model), checked to be student folders."""
+    found = []
+    for spec in specs:
+        label, sep, folder = spec.partition("=")
+        if not sep or not (Path(folder) / "modules.json").is_file():
+            sys.exit(f"error: --light {spec!r}: expected LABEL=FOLDER with a sentence-transformers folder")
+        found.append((label, Path(folder)))
+    return found
 
 
 def run_tatoeba_all(args: argparse.Namespace) -> None:
@@ -259,6 +277,8 @@ def main() -> None:
     parser.add_argument("--parallel-dir", default=str(ROOT / "data/parallel"), help="train/dev pairs (trimming corpus)")
     parser.add_argument("--raw-dir", default=str(ROOT / "data/raw"), help="staged corpora: eval/ sets (trimming, quality)")
     parser.add_argument("--languages", nargs="+", default=None, help="Tatoeba languages (default: params.yaml)")
+    parser.add_argument("--light", nargs="*", default=[], metavar="LABEL=FOLDER",
+                        help="also export these light students and time their ONNX int8 against the fp32 student")
     parser.add_argument("--json", default=None, help="also write the rows here (tests)")
     parser.add_argument("--tiny", action="store_true", help="small sizes; print only")
     args = parser.parse_args()
