@@ -366,18 +366,23 @@ class PipelineProgress:
         self.artifact_id = create_progress_artifact(
             progress=0.0, key="pipeline-progress", description=f"{len(stages)} DVC stages: {', '.join(stages)}")
 
-    def stage_started(self, stage: str, header: str) -> None:
-        self._update(0.0, f"{stage} ({self.done + 1} of {len(self.stages)}): {header}", force=True)
+    def stage_started(self, stage: str, skipped: bool) -> None:
+        verb = "checking (up to date or in DVC's run cache)" if skipped else "running"
+        self._update(0.0, f"stage {self.done + 1} of {len(self.stages)}: {stage}, {verb}", force=True)
 
     def stage_line(self, stage: str, line: str) -> None:
         """Count the training's steps from its progress lines."""
         if stage == "train" and (match := TRAIN_STEP.search(line)):
             step, total = int(match[1]), int(match[2])
-            self._update(step / max(total, 1), f"train ({self.done + 1} of {len(self.stages)}): step {step}/{total}")
+            self._update(step / max(total, 1), f"stage {self.done + 1} of {len(self.stages)}: train, step {step}/{total}")
 
     def stage_finished(self, stage: str) -> None:
         self.done = min(self.done + 1, len(self.stages))
-        self._update(0.0, f"{stage} done ({self.done} of {len(self.stages)})", force=True)
+        what = "every stage done" if self.done == len(self.stages) else f"{stage} done"
+        self._update(0.0, f"{self.done} of {len(self.stages)} stages: {what}", force=True)
+
+    def stage_failed(self, stage: str) -> None:
+        self._update(0.0, f"stage {self.done + 1} of {len(self.stages)}: {stage} failed", force=True)
 
     def _update(self, stage_fraction: float, description: str, force: bool = False) -> None:
         now = time.monotonic()
@@ -439,7 +444,8 @@ def follow_stage(dvc_run: DvcRun, stage: str, progress: PipelineProgress) -> str
     """One DVC stage of the experiment: its output into this task's log; fails when the stage fails."""
     log = get_run_logger()
     log.info("%s", dvc_run.header)
-    progress.stage_started(stage, dvc_run.header)
+    skipped = dvc_run.header.startswith("Stage ")
+    progress.stage_started(stage, skipped)
     started = time.monotonic()
     lines: list[str] = []
     last_progress_log = 0.0
@@ -454,10 +460,13 @@ def follow_stage(dvc_run: DvcRun, stage: str, progress: PipelineProgress) -> str
             log.info("[%s] %s", stage, line)
             last_progress_log = now if is_progress else last_progress_log
     if dvc_run.next_stage is None and dvc_run.wait() != 0:
-        raise StageFailed(f"stage '{stage}' failed: {stage_error(lines)}")
+        message = f"stage '{stage}' failed: {stage_error(lines)}"
+        log.error("%s", message)
+        progress.stage_failed(stage)
+        raise StageFailed(message)
     progress.stage_finished(stage)
     log.info("stage %s done in %.1f s", stage, time.monotonic() - started)
-    return "skipped" if dvc_run.header.startswith("Stage ") else "ran"
+    return "skipped" if skipped else "ran"
 
 
 @task(retries=2, retry_delay_seconds=5, task_run_name="push-experiment")
@@ -483,8 +492,11 @@ def record_mlflow_run(workspace: str, exp_name: str, exp_rev: str) -> dict[str, 
     client.set_tag(registration["run_id"], "dvc_experiment_rev", exp_rev)
     if flow_run.get_id():
         client.set_tag(registration["run_id"], "prefect_flow_run_id", flow_run.get_id())
-    create_link_artifact(key="mlflow-run", link=url, link_text=f"MLflow run {registration['run_id']}")
-    create_markdown_artifact(key="distill-run", markdown=_run_markdown(registration, url, exp_name, exp_rev))
+    create_link_artifact(key="mlflow-run", link=url, link_text=f"MLflow run {registration['run_id']}",
+                         description="this run's metrics, plots and model in the MLflow UI")
+    create_markdown_artifact(key="distill-run", markdown=_run_markdown(registration, url, exp_name, exp_rev),
+                             description=f"DVC experiment {exp_name}, {registration['model_name']} "
+                                         f"version {registration['model_version']}")
     get_run_logger().info("MLflow run %s (%s), model %s version %s",
                           registration["run_id"], url, registration["model_name"], registration["model_version"])
     return registration
@@ -512,6 +524,10 @@ def promote_task(model_name: str, version: str, tracking_uri: str, promote_param
                      config=PromoteConfig.from_params(promote_params))
     get_run_logger().info("promotion of %s v%s: %s (%s)", model_name, version, result.decision,
                           "; ".join(result.reasons))
+    create_markdown_artifact(
+        key="promotion", description=f"{model_name} v{version}: {result.decision}",
+        markdown="\n".join([f"# {model_name} version {version}: {result.decision}", "",
+                            *(f"- {reason}" for reason in result.reasons)]))
     return result.as_dict()
 
 
@@ -582,9 +598,12 @@ def distill(
                                                registration["tracking_uri"], params.get("promote") or {})
         log.info("distill run done: %s", json.dumps(result))
         return result
-    except BaseException:
+    except BaseException as exc:
         if not saved:
             _unregister_unsaved(Path(workspace), committed_registration)
+        if isinstance(exc, Exception):
+            create_markdown_artifact(key="distill-failure", markdown=_failure_markdown(exc, saved),
+                                     description=f"why {name} failed")
         raise
     finally:
         if not keep_workspace:
@@ -611,6 +630,16 @@ def run_experiment(workspace: Path, root: Path, name: str) -> None:
         dvc_run.stop()
     for line in dvc_run.lines[-3:]:
         log.info("[dvc] %s", line)
+
+
+def _failure_markdown(exc: Exception, saved: bool) -> str:
+    """What the flow-run page's Artifacts tab says about a failed run."""
+    kept = ("The DVC experiment was saved before the failure." if saved else
+            "No DVC experiment was saved and no model version was kept; the project and its params.yaml are unchanged.")
+    return "\n".join([
+        "# distill failed", "", f"**{type(exc).__name__}**: {exc}", "", kept,
+        "The failing stage's whole output is in its task run (`stage-<name>`) and in the Logs tab.",
+    ])
 
 
 def stage_env(root: Path, workspace: Path) -> dict[str, str]:
