@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import xdistill  # noqa: F401  (offline environment)
     from xdistill.models import load_sentence_transformer, resolve_model_dir
-    from xdistill.training.teacher_store import embed_into_store, encode_length_sorted
+    from xdistill.training.teacher_embed import embed_into_store, encode_length_sorted
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import Row, mirror_dir, peak_rss_mb, report_rows  # noqa: E402
 
 import xdistill  # noqa: E402,F401  (offline environment)
+from xdistill.data.parallel_tsv import write_parallel_tsv  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEACHER = "pypi:all-minilm-l6-v2"
@@ -52,26 +53,26 @@ def write_pairs(folder: Path, mirror: Path, n_pairs: int, n_dev: int) -> tuple[P
     paths = []
     for name, part in (("train", rows[:n_pairs]), ("dev", rows[n_pairs : n_pairs + n_dev])):
         path = folder / f"{name}.tsv.gz"
-        with gzip.open(path, "wt", encoding="utf-8") as handle:
-            handle.write("source\ttranslation\tlang\tcorpus\n")
-            handle.writelines(f"{en}\t{xx}\t{lang}\tbench\n" for en, xx, lang in part)
+        write_parallel_tsv(path, ((en, xx, lang, "bench") for en, xx, lang in part))
         paths.append(path)
     return paths[0], paths[1]
 
 
 def run_ours(train: Path, dev: Path, store: Path, student_spec: str, student_opts: dict, args, work: Path) -> dict:
-    from xdistill.training.trainer import OutputPaths, train_student
+    from xdistill.training.settings import OutputPaths, RuntimeSettings
+    from xdistill.training.trainer import train_student
 
     params = {
         "seed": 1, "steps": args.steps, "batch_size": args.batch_size, "learning_rate": 5e-5,
         "warmup_ratio": 0.1, "max_seq_length": args.max_seq_length, "eval_every": 10**6,
-        "checkpoint_every": 10**6, "log_every": max(1, args.steps // 4), "early_stopping_patience": None,
-        "dev_max_pairs": 16, "threads": args.threads, "student": student_opts, "loss": {"mse": 1.0},
+        "checkpoint_every": 10**6, "early_stopping_patience": None,
+        "dev_max_pairs": 16, "student": student_opts, "loss": {"mse": 1.0},
     }
+    runtime = RuntimeSettings(threads=args.threads, log_every=max(1, args.steps // 4))
     start = time.perf_counter()
     result = train_student(train, dev, store, student_spec, params,
                            OutputPaths(work / "ours", work / "ours-ckpt", None, None, None),
-                           teacher_spec=TEACHER, device="cpu")
+                           teacher_spec=TEACHER, device="cpu", runtime=runtime)
     wall = time.perf_counter() - start
     return {"pairs_per_second": result.pairs_per_second, "wall_seconds": wall,
             "train_loss_last": next(r["loss"] for r in reversed(result.history) if r["kind"] == "train")}
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from xdistill.models import resolve_model_dir
-    from xdistill.training.teacher_store import build_teacher_store
+    from xdistill.training.teacher_embed import build_teacher_store
 
     torch.set_num_threads(args.threads)
     if args.tiny:

@@ -49,15 +49,26 @@ SPEED_SENTENCES = 512  # FLORES English sentences encoded to time each exported 
 
 def load_config(path: Path) -> dict[str, Any]:
     config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    names = [m.get("name") for m in config.get("members", [])]
-    if not names or None in names or len(set(names)) != len(names):
-        raise SystemExit(f"{path}: every member needs a unique name")
+    config.setdefault("ablation", [])
+    names = [m.get("name") for m in config.get("members", []) + config["ablation"]]
+    if not config.get("members") or None in names or len(set(names)) != len(names):
+        raise SystemExit(f"{path}: every member and ablation variant needs a unique name")
     return config
 
 
+def runs(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every runnable entry: the ablation variants, then the members."""
+    return list(config["ablation"]) + list(config["members"])
+
+
 def member_overrides(config: dict[str, Any], member: dict[str, Any]) -> dict[str, Any]:
-    """The member's ``-S`` overrides on top of the shared ones."""
-    return {**(config.get("common") or {}), **(member.get("overrides") or {})}
+    """The member's ``-S`` overrides on top of the shared ones (``ablation_common`` for a variant)."""
+    shared = config.get("ablation_common") if is_ablation(config, member) and "ablation_common" in config else None
+    return {**((config.get("common") or {}) if shared is None else shared), **(member.get("overrides") or {})}
+
+
+def is_ablation(config: dict[str, Any], member: dict[str, Any]) -> bool:
+    return any(member["name"] == variant["name"] for variant in config.get("ablation", []))
 
 
 def run_member(project: Path, config: dict[str, Any], member: dict[str, Any], results: Path) -> dict[str, Any]:
@@ -182,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train every member (or --members), then write RESULTS.md")
-    run.add_argument("--members", nargs="+", default=None, help="member names (default: all)")
+    run.add_argument("--members", nargs="+", default=None,
+                     help="member or ablation names (default: every member); 'ablation' = every ablation variant")
+    run.add_argument("--skip-done", action="store_true", help="skip entries already exported (resume a queue)")
     run.add_argument("--config", type=Path, default=CONFIG)
     run.add_argument("--project", type=Path, default=REPO_ROOT, help="the project checkout (a git + DVC repo)")
     run.add_argument("--results", type=Path, default=RESULTS)
@@ -205,15 +218,20 @@ def main(argv: list[str] | None = None) -> int:
     config = load_config(args.config)
     if args.command == "run":
         chosen = args.members or [m["name"] for m in config["members"]]
-        unknown = sorted(set(chosen) - {m["name"] for m in config["members"]})
+        if "ablation" in chosen:
+            chosen = [n for n in chosen if n != "ablation"] + [m["name"] for m in config["ablation"]]
+        unknown = sorted(set(chosen) - {m["name"] for m in runs(config)})
         if unknown:
             raise SystemExit(f"unknown member(s) {unknown} in {args.config}")
         os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-        for member in config["members"]:
-            if member["name"] in chosen:
-                info = run_member(args.project.resolve(), config, member, args.results)
-                print(f"{member['name']}: {json.dumps(info['flow_result'].get('promotion', {}))}")
-                write_results(config, args.results, args.output)
+        by_name = {member["name"]: member for member in runs(config)}
+        for member in (by_name[name] for name in dict.fromkeys(chosen)):  # in the order asked for
+            if args.skip_done and (args.results / member["name"] / "run.json").is_file():
+                print(f"{member['name']}: already exported, skipped")
+                continue
+            info = run_member(args.project.resolve(), config, member, args.results)
+            print(f"{member['name']}: {json.dumps(info['flow_result'].get('promotion', {}))}")
+            write_results(config, args.results, args.output)
     elif args.command == "tatoeba-all":
         models = tatoeba_models(config, args.results, args.project.resolve())
         if args.only:

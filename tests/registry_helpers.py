@@ -28,7 +28,10 @@ def student_source() -> Path:
 
 
 def summary(primary: float, per_language: dict[str, Any]) -> dict[str, Any]:
-    return {"primary_score": primary, "per_language": per_language}
+    """An evaluation summary whose references (untrained student, teacher) the candidate beats."""
+    models = {"student-untrained": {"primary_score": primary - 0.01, "per_language": {}},
+              "teacher": {"primary_score": primary / 2, "per_language": {}}}
+    return {"primary_score": primary, "per_language": per_language, "models": models}
 
 
 def make_outputs_project(root: Path, primary: float, per_language: dict[str, Any], git: bool = True) -> Path:
@@ -71,7 +74,8 @@ def set_scores(root: Path, primary: float, per_language: dict[str, Any]) -> None
     _write_json(root / "metrics" / "eval" / "summary.json", summary(primary, per_language))
 
 
-def cheap_version(tracking_uri: str, primary: float, per_language: dict[str, float], name: str = MODEL_NAME) -> str:
+def cheap_version(tracking_uri: str, primary: float, per_language: dict[str, float], name: str = MODEL_NAME,
+                  references: dict[str, Scores] | None = None) -> str:
     """A real registered version whose run logged a small artifact (no model weights): gate tests."""
     from mlflow.exceptions import MlflowException
 
@@ -93,7 +97,7 @@ def cheap_version(tracking_uri: str, primary: float, per_language: dict[str, flo
         name,
         f"{client.get_run(run.info.run_id).info.artifact_uri}",
         run_id=run.info.run_id,
-        tags=Scores(primary, per_language).as_tags(),
+        tags=Scores(primary, per_language, references or {}).as_tags(),
     )
     return str(version.version)
 

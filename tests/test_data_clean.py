@@ -11,6 +11,7 @@ from data_helpers import stage_tiny_raw
 from xdistill.data.clean import Cleaner, CleaningConfig, SeenPairs, default_student_tokenizer, load_token_counter
 from xdistill.data.decontaminate import evaluation_sentences
 from xdistill.data.sampling import Reservoir, fill_in_proportion, interleave, repeat_and_select, source_targets, split_evenly
+from xdistill.errors import InputFileError
 
 SMALL_DEDUP = {"dedup_bits_log2": 16}
 
@@ -116,6 +117,42 @@ def test_evaluation_sentences_and_planted_contamination(tmp_path, mirror_dir):
     cleaner, kept = run_chain([("de", "A clean pair here.", "Ein sauberes Paar hier."), planted], evaluation=sentences)
     assert kept == [("de", "A clean pair here.", "Ein sauberes Paar hier.")]
     assert cleaner.counts[("toy", "de")].dropped["contaminated"] == 1
+
+
+def test_decontamination_reads_what_the_benchmarks_read(tmp_path, mirror_dir):
+    """Both go through xdistill.data.eval_formats: every sentence a benchmark scores is decontaminated,
+    and a damaged evaluation file stops both with the same message (file and line)."""
+    from xdistill.data.eval_formats import read_flores
+    from xdistill.data.normalize import normalize_text
+    from xdistill.evaluation.sts import STS17_GOLD_DIR, STS17_INPUT_DIR, STS17_TRACKS, build_stsb_sets, load_sts17
+    from xdistill.evaluation.tatoeba import read_tatoeba_pairs
+
+    raw = tmp_path / "raw"
+    sts17 = [f"{folder}/STS.{kind}.{stem}.txt" for stem in STS17_TRACKS.values()
+             for folder, kind in ((STS17_INPUT_DIR, "input"), (STS17_GOLD_DIR, "gs"))]
+    stage_tiny_raw(raw, mirror_dir, ["de"], {
+        "eval/sts17": sts17,
+        "eval/stsb-multi-mt": ["data/stsb-en-test.csv", "data/stsb-{lang}-test.csv"],
+        "eval/flores200-devtest": ["deu_Latn.devtest"],
+    })
+    eval_dir = raw / "eval"
+    sentences = evaluation_sentences(raw)
+    scored = [s for track in load_sts17(eval_dir / "sts17") for s in track.sentences1 + track.sentences2]
+    monolingual, crosslingual = build_stsb_sets(eval_dir / "stsb-multi-mt", ["de"])
+    scored += [s for sts in monolingual + crosslingual for s in sts.sentences1 + sts.sentences2]
+    scored += [s for side in read_tatoeba_pairs(eval_dir / "tatoeba-laser", "deu") for s in side]
+    scored += read_flores(eval_dir / "flores200-devtest" / "deu_Latn.devtest")
+    assert len(scored) > 1500
+    assert {normalize_text(s) for s in scored} - {""} <= sentences
+
+    stsb_de = eval_dir / "stsb-multi-mt" / "data" / "stsb-de-test.csv"
+    stsb_de.write_text(stsb_de.read_text(encoding="utf-8") + "only,two\n", encoding="utf-8")
+    with pytest.raises(InputFileError) as from_evaluation:
+        build_stsb_sets(eval_dir / "stsb-multi-mt", ["de"])
+    with pytest.raises(InputFileError) as from_decontamination:
+        evaluation_sentences(raw)
+    assert str(from_decontamination.value) == str(from_evaluation.value)
+    assert from_evaluation.value.path == stsb_de and "expected 3 CSV fields" in str(from_evaluation.value)
 
 
 # ----------------------------------------------------------------- sampling

@@ -11,7 +11,7 @@ import pytest
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.evaluation.bias import language_bias
 from xdistill.evaluation.metrics import mean_or_nan, paired_cosine, spearman_x100
-from xdistill.evaluation.report import flatten, metrics_view, per_language_scores, primary_score
+from xdistill.evaluation.report import flatten, metrics_view, per_language_scores, primary_score, task_scores
 from xdistill.evaluation.sts import (
     STS17_TRACKS,
     STSSet,
@@ -190,14 +190,20 @@ def toy_results(sts17_average: float, tatoeba_average: float) -> dict:
         "sts17": {"scores": {"ar-en": 60.0, "es-en-4a": 70.0, "es-en-4b": 5.0, "tr-en": 50.0, "en-en": 80.0,
                              "average": sts17_average}},
         "sts_crosslingual": {"scores": {"en-de": 40.0, "de-en": 30.0, "average": 35.0}},
+        "sts_monolingual": {"scores": {"en-en": 85.0, "de-de": 75.0, "average": 80.0}},
         "tatoeba": {"scores": {"deu": {"xx2en": 90.0, "en2xx": 80.0, "average": 85.0},
                                "ara": {"xx2en": 70.0, "en2xx": 50.0, "average": 60.0}, "average": tatoeba_average}},
+        "mining_flores": {"scores": {"de": {"f1": 88.0}, "average": {"f1": 88.0, "precision": 90.0, "recall": 86.0}}},
     }}
 
 
 def test_primary_score_and_per_language_scores():
     results = toy_results(66.0, 72.5)
-    assert primary_score(results) == pytest.approx((66.0 + 72.5) / 2)
+    # STS: STS17 66 and STSb (mono 80, cross 35 -> 57.5); retrieval: Tatoeba 72.5; mining: F1 88
+    assert task_scores(results) == pytest.approx({"sts": (66.0 + 57.5) / 2, "retrieval": 72.5, "mining": 88.0})
+    assert primary_score(results) == pytest.approx(((66.0 + 57.5) / 2 + 72.5 + 88.0) / 3)
+    del results["benchmarks"]["mining_flores"]  # a task not measured drops out of the mean
+    assert primary_score(results) == pytest.approx(((66.0 + 57.5) / 2 + 72.5) / 2)
     per_language = per_language_scores(results, ["ar", "de", "es", "xx"])
     # ar: STS17 ar-en 60 and Tatoeba 60; de: no STS17 track -> STSb cross-lingual 35, Tatoeba 85;
     # es: track 4a only (4b is outside), no Tatoeba result; xx: nothing
@@ -231,12 +237,16 @@ def test_settings_reject_unknown_keys():
 
 
 def test_tatoeba_language_selection(mirror_dir: Path):
-    from xdistill.evaluation.suite import tatoeba_codes
+    from xdistill.evaluation.base import EvaluationContext
+    from xdistill.evaluation.benchmarks import tatoeba_codes
+    from xdistill.evaluation.suite import EvaluationInputs
 
-    folder = mirror_dir / "eval" / "tatoeba-laser"
-    configured, evaluated = tatoeba_codes(EvaluationSettings.from_params({}, ["en", "de", "zh"]), folder)
+    inputs = EvaluationInputs(eval_dir=mirror_dir / "eval")
+    context = EvaluationContext(EvaluationSettings.from_params({}, ["en", "de", "zh"]), inputs)
+    configured, evaluated = tatoeba_codes(context)
     assert configured == evaluated == ["deu", "cmn"]
-    configured, evaluated = tatoeba_codes(EvaluationSettings.from_params({"tatoeba_all": True}, ["de"]), folder)
+    context = EvaluationContext(EvaluationSettings.from_params({"tatoeba_all": True}, ["de"]), inputs)
+    configured, evaluated = tatoeba_codes(context)
     assert configured == ["deu"] and len(evaluated) == 112
 
 
@@ -245,10 +255,13 @@ def test_prepared_inputs_build_the_flores_mining_benchmark(tmp_path: Path, mirro
 
     (tmp_path / "raw").mkdir()
     (tmp_path / "raw" / "eval").symlink_to(mirror_dir / "eval", target_is_directory=True)
-    settings = EvaluationSettings.from_params({"benchmarks": ["mining"]}, ["de"])
+    settings = EvaluationSettings.from_params({"benchmarks": ["mining"], "mining_repeats": 2}, ["de"])
     with prepared_inputs(tmp_path / "raw", settings, None) as inputs:
-        built = inputs.flores_mining_dir
-        assert (built / "de-en.train.de").is_file() and (built / "de-en.test.gold").is_file()
+        assert len(inputs.flores_mining_dirs) == 2
+        for built in inputs.flores_mining_dirs:
+            assert (built / "de-en.train.de").is_file() and (built / "de-en.test.gold").is_file()
+        first, second = ((d / "de-en.test.gold").read_text() for d in inputs.flores_mining_dirs)
+        assert first != second  # two constructions (seeds), not one copied
         assert inputs.dev_path is None and inputs.bucc_dir is None
     assert not built.exists()  # a temporary folder, gone after the run
     with pytest.raises(XdistillError, match="evaluation data folder not found"):

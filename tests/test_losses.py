@@ -184,8 +184,11 @@ def test_objective_rejects_bad_configs():
         DistillationObjective({"mse": 1.0}, student_dim=128, teacher_dim=384)
     with pytest.raises(XdistillError, match="at least one"):
         LossConfig.from_mapping({"mse": 0})
-    with pytest.raises(XdistillError, match="unknown loss setting"):
+    with pytest.raises(XdistillError, match=r"params train.loss: unknown keys \['msee'\]"):
         LossConfig.from_mapping({"mse": 1, "msee": 1})
+    with pytest.raises(XdistillError, match=r"params train.loss.temperature: Input should be a valid number"):
+        LossConfig.from_mapping({"temperature": "warm"})
+    assert LossConfig.from_mapping({"logit_distillation": "1e-5"}).logit_distillation == 1e-5  # YAML's string number
     with pytest.raises(XdistillError, match=">= 0"):
         LossConfig.from_mapping({"mse": -1})
     assert LossConfig.from_mapping(None).active == ("mse",)

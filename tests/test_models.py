@@ -7,6 +7,7 @@ conversion (~25 s) and the mpnet assembly (~20 s) each happen once.
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import subprocess
@@ -27,7 +28,9 @@ from xdistill.models import (
     resolve_model_dir,
 )
 from xdistill.models.cache import CACHE_ENV
-from xdistill.models.e5_convert import convert_e5, default_e5_bin, dequantize_q4_0, read_e5_bin
+from xdistill.models import fingerprint
+from xdistill.models.e5_bin import dequantize_q4_0, read_e5_bin
+from xdistill.models.e5_convert import convert_e5, default_e5_bin
 
 E5 = "pypi:multilingual-e5-small"
 MINILM = "pypi:all-minilm-l6-v2"
@@ -171,6 +174,39 @@ def test_local_folder_spec_gives_same_vectors(tmp_path: Path) -> None:
     sentences = ["A local copy of the teacher."]
     np.testing.assert_allclose(load_encoder(str(copy)).encode(sentences), load_encoder(MINILM).encode(sentences), atol=1e-6)
     assert model_fingerprint(str(copy)).split("@")[1] == model_fingerprint(MINILM).split("@")[1]
+
+
+def test_fingerprint_follows_content_and_hashes_each_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(fingerprint, "_known", {})
+    reads: list[str] = []
+    real_sha256 = fingerprint._sha256
+    monkeypatch.setattr(fingerprint, "_sha256", lambda path: reads.append(path.name) or real_sha256(path))
+    copy = tmp_path / "teacher"
+    shutil.copytree(resolve_model_dir(MINILM), copy)
+    original = model_fingerprint(str(copy))
+    assert "model.safetensors" in reads and original.startswith(f"{copy}@")
+
+    # a second process (empty memory) finds every hash in the cache file: nothing is read again
+    reads.clear()
+    monkeypatch.setattr(fingerprint, "_known", {})
+    assert model_fingerprint(str(copy)) == original and reads == []
+
+    # the weights changed in place, same size: a new fingerprint, only that file read again
+    weights = copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    size = len(data)
+    data[-64:] = bytes(255 - b for b in data[-64:])
+    weights.write_bytes(bytes(data))
+    assert weights.stat().st_size == size
+    changed = model_fingerprint(str(copy))
+    assert changed != original and reads == ["model.safetensors"]
+    # content, not time: the original bytes give the original fingerprint again
+    data[-64:] = bytes(255 - b for b in data[-64:])
+    stamp = weights.stat().st_mtime_ns
+    weights.write_bytes(bytes(data))
+    os.utime(weights, ns=(stamp + 10**9, stamp + 10**9))  # a later write, even on a coarse-clock file system
+    assert model_fingerprint(str(copy)) == original
 
 
 def test_unknown_pypi_name_is_a_clear_error() -> None:

@@ -10,7 +10,10 @@ goes through the same stages.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +22,9 @@ import yaml
 
 from pipeline_project import make_pipeline_project, run
 
-ALL_STAGES = ["corpora", "parallel", "teacher_embed", "train", "baselines", "evaluate", "register"]
+from xdistill.registry.register import read_registration
+
+ALL_STAGES = ["corpora", "parallel", "teacher_embed", "train", "baselines", "evaluate_start", "evaluate", "register"]
 SENTENCES = ["The cat sits on the mat.", "Die Katze sitzt auf der Matte.", "El gato está en la alfombra."]
 
 pytestmark = pytest.mark.slow
@@ -50,65 +55,99 @@ def project(tmp_path_factory: pytest.TempPathFactory, mirror_dir: Path) -> Path:
     return make_pipeline_project(tmp_path_factory.mktemp("pipeline") / "project", mirror_dir)
 
 
+@dataclass(frozen=True)
+class FirstRepro:
+    """The first ``dvc repro``: its output, and a copy of what it wrote taken before any test changed the
+    project (tests that change params re-run the pipeline in the same project, in any order)."""
+
+    stdout: str
+    outputs: Path  # metrics/, reports/, plots/, models/student/ as the first repro left them
+
+
 @pytest.fixture(scope="module")
-def first_repro(project: Path) -> str:
-    return run(["dvc", "repro"], project).stdout
+def first_repro(project: Path) -> FirstRepro:
+    stdout = run(["dvc", "repro"], project).stdout
+    outputs = project.parent / "first-repro"
+    for folder in ("metrics", "reports", "plots"):
+        shutil.copytree(project / folder, outputs / folder)
+    # outputs are replaced, never rewritten in place: hard links are a safe, instant copy of the student
+    shutil.copytree(project / "models/student", outputs / "models/student", copy_function=os.link)
+    return FirstRepro(stdout, outputs)
 
 
-def test_first_repro_runs_every_stage_and_writes_every_output(project: Path, first_repro: str) -> None:
-    assert stages_run(first_repro) == ALL_STAGES
-    summary = read_json(project / "metrics/eval/summary.json")
-    assert set(summary["models"]) == {"student", "student-untrained", "teacher"}
+def test_first_repro_runs_every_stage_and_writes_every_output(first_repro: FirstRepro) -> None:
+    assert stages_run(first_repro.stdout) == ALL_STAGES
+    summary = read_json(first_repro.outputs / "metrics/eval/summary.json")
+    assert set(summary["models"]) == {"student", "student-start", "student-untrained", "teacher"}
     for label, scores in summary["models"].items():
         assert 0 < scores["tatoeba_average"] <= 100, label
     # the English teacher cannot match translations; the multilingual students can
     assert summary["models"]["student"]["tatoeba_average"] > summary["models"]["teacher"]["tatoeba_average"] + 20
-    train = read_json(project / "metrics/train.json")
-    assert train["steps"] == 6 and train["best"]["dev_mse"] < train["initial"]["dev_mse"]
+    # teacher-space retrieval: the untrained student is not in the teacher's space, the fitted head puts it there
+    models = summary["models"]
+    assert models["student-untrained"]["teacher_space_flores_accuracy"] < 5
+    assert models["student-start"]["teacher_space_flores_accuracy"] > 10
+    assert 0 <= models["student"]["teacher_space_flores_min"] <= models["student"]["teacher_space_flores_accuracy"]
+    train = read_json(first_repro.outputs / "metrics/train.json")
+    assert train["steps"] == 6 and train["interpolation"]["alpha"] in (0.0, 0.5, 1.0)
+    assert train["exported"] == train["interpolation"]["by_alpha"][f"{train['interpolation']['alpha']:g}"]
+    assert {"dev_sts_en-en", "dev_sts_de-en", "dev_teacher_accuracy"} <= set(train["initial"])
     for png in ["plots/data_report.png", "plots/train_curves.png", "plots/eval/sts17.png", "plots/eval/tatoeba.png"]:
-        assert (project / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
-    assert "| " in (project / "reports/data_report.md").read_text(encoding="utf-8")
+        assert (first_repro.outputs / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+    assert "| " in (first_repro.outputs / "reports/data_report.md").read_text(encoding="utf-8")
 
 
-def test_second_repro_does_nothing(project: Path, first_repro: str) -> None:
+def test_second_repro_does_nothing(project: Path, first_repro: FirstRepro) -> None:
     again = run(["dvc", "repro"], project)
     assert stages_run(again.stdout) == []
     assert run(["dvc", "status"], project).stdout.strip().endswith("Data and pipelines are up to date.")
 
 
-def test_trained_student_loads_locally_and_from_the_registry(project: Path, first_repro: str) -> None:
+def test_trained_student_loads_locally_and_from_the_registry(project: Path, first_repro: FirstRepro) -> None:
     import mlflow
     from sentence_transformers import SentenceTransformer
 
-    local = SentenceTransformer(str(project / "models/student"), device="cpu")
+    local = SentenceTransformer(str(first_repro.outputs / "models/student"), device="cpu")
     local_vectors = local.encode(SENTENCES, normalize_embeddings=True)
     assert local_vectors.shape == (3, 384)
 
-    registered = read_json(project / "metrics/register.json")
+    assert read_json(first_repro.outputs / "metrics/register.json")["tracking_uri"] == "sqlite:///mlflow.db"
+    registered = read_registration(first_repro.outputs / "metrics/register.json", project)
     mlflow.set_tracking_uri(registered["tracking_uri"])
     loaded = mlflow.sentence_transformers.load_model(registered["model_uri"])
     np.testing.assert_allclose(loaded.encode(SENTENCES, normalize_embeddings=True), local_vectors, atol=1e-5)
     run_data = mlflow.get_run(registered["run_id"]).data
-    assert run_data.metrics["eval.summary.primary_score"] == pytest.approx(
-        read_json(project / "metrics/eval/summary.json")["primary_score"])
+    summary = read_json(first_repro.outputs / "metrics/eval/summary.json")
+    assert run_data.metrics["eval.summary.primary_score"] == pytest.approx(summary["primary_score"])
+    # the version carries the references the gate judges it against: its base and its teacher
+    from xdistill.registry.scores import Scores
+    from xdistill.registry.store import client_for
+
+    version = client_for(registered["tracking_uri"]).get_model_version(registered["model_name"],
+                                                                        registered["model_version"])
+    scores = Scores.from_tags(version.tags)
+    assert set(scores.references) == {"student-untrained", "teacher"}
+    assert scores.references["student-untrained"].primary == pytest.approx(
+        summary["models"]["student-untrained"]["primary_score"])
 
 
-def test_train_param_change_reruns_only_train_evaluate_register(project: Path, first_repro: str) -> None:
+def test_train_param_change_reruns_only_train_evaluate_register(project: Path, first_repro: FirstRepro) -> None:
     set_params(project, train={"steps": 4})
     rerun = run(["dvc", "repro"], project)
     assert stages_run(rerun.stdout) == ["train", "evaluate", "register"]
     assert read_json(project / "metrics/train.json")["steps"] == 4
 
 
-def test_low_dimensional_student_runs_through_the_same_pipeline(project: Path, first_repro: str) -> None:
+def test_low_dimensional_student_runs_through_the_same_pipeline(project: Path, first_repro: FirstRepro) -> None:
     """LEALLA-style: a 128-d Dense head trained by feature distillation through a projection."""
     from sentence_transformers import SentenceTransformer
 
     set_params(project, train={"student.output_dim": 128, "student.align_to_teacher": False,
                                "loss.mse": 0.0, "loss.feature_distillation": 1.0})
     rerun = run(["dvc", "repro"], project)
-    # a new student and new loss weights compute no teacher embedding and re-read no data
-    assert stages_run(rerun.stdout) == ["train", "evaluate", "register"]
+    # a new student and new loss weights compute no teacher embedding and re-read no data; the new
+    # head makes a new starting student
+    assert stages_run(rerun.stdout) == ["train", "evaluate_start", "evaluate", "register"]
     student = SentenceTransformer(str(project / "models/student"), device="cpu")
     assert student.encode(SENTENCES).shape == (3, 128)
     summary = read_json(project / "metrics/eval/summary.json")

@@ -52,7 +52,9 @@ def test_saved_student_loads_with_sentence_transformers(base: str, tmp_path: Pat
     student = build_student(StudentConfig(base, keep_layers=1, output_dim=8, max_seq_length=32))
     out = save_student(student, tmp_path / "student")
     loaded = SentenceTransformer(str(out), device="cpu")
-    assert loaded.get_embedding_dimension() == 8 and loaded.max_seq_length == 32
+    # max_seq_length=32 truncates training inputs only: the export embeds as long as the base can
+    assert loaded.get_embedding_dimension() == 8
+    assert loaded.max_seq_length == SentenceTransformer(base, device="cpu").max_seq_length > 32
     assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 1
     np.testing.assert_allclose(loaded.encode(SENTENCES), student.encode(SENTENCES), atol=1e-6)
 

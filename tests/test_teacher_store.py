@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -17,12 +18,12 @@ import numpy as np
 import pytest
 
 from xdistill.data.normalize import normalize_text
+from xdistill.data.parallel_tsv import write_parallel_tsv
 from xdistill.errors import InputFileError, XdistillError
+from xdistill.training.teacher_embed import build_teacher_store, embed_into_store
 from xdistill.training.teacher_store import (
     INDEX_FILE,
     TeacherStore,
-    build_teacher_store,
-    embed_into_store,
     list_substores,
     substore_name,
     teacher_fingerprint,
@@ -236,7 +237,7 @@ def test_leftovers_of_an_interrupted_append_are_ignored_then_cleaned(store_copy,
 _CHILD = textwrap.dedent(
     """
     import json, sys
-    from xdistill.training.teacher_store import embed_into_store
+    from xdistill.training.teacher_embed import embed_into_store
     sentences = json.loads(open(sys.argv[2], encoding="utf-8").read())
     embed_into_store(sys.argv[1], sys.argv[3], sentences, batch_size=8, commit_rows=16, progress=False)
     """
@@ -284,16 +285,50 @@ def test_sigkill_during_append_leaves_a_consistent_store(store_copy, mirror_dir,
     assert len(TeacherStore.open(store_copy)) == len(wanted)
 
 
+def _scale_tensor_in_place(safetensors_file: Path, name: str, factor: float) -> None:
+    """Multiply one float32 tensor of a safetensors file by ``factor``, rewriting only its bytes."""
+    with safetensors_file.open("r+b") as handle:
+        header_len = struct.unpack("<Q", handle.read(8))[0]
+        entry = json.loads(handle.read(header_len))[name]
+        assert entry["dtype"] == "F32"
+        start, end = entry["data_offsets"]
+        handle.seek(8 + header_len + start)
+        values = np.frombuffer(handle.read(end - start), dtype="<f4") * np.float32(factor)
+        handle.seek(8 + header_len + start)
+        handle.write(values.astype("<f4").tobytes())
+
+
+def test_teacher_changed_in_place_with_the_same_sizes_is_embedded_again(tmp_path, sentences):
+    """A teacher fine-tuned in place keeps every file size; its fingerprint (by content) changes,
+    so the store embeds every sentence again instead of serving the old teacher's vectors."""
+    from xdistill.models import resolve_model_dir
+
+    teacher = tmp_path / "teacher"
+    shutil.copytree(resolve_model_dir(TEACHER), teacher)
+    store = tmp_path / "store"
+    first = embed_into_store(store, str(teacher), sentences[:20], batch_size=16, progress=False)
+    assert (first.n_new, first.n_cached) == (20, 0)
+    assert embed_into_store(store, str(teacher), sentences[:20], batch_size=16, progress=False).n_new == 0
+    old_vectors = TeacherStore.open(store, teacher_spec=str(teacher)).lookup(sentences[:20])
+
+    sizes = {p.name: p.stat().st_size for p in teacher.iterdir() if p.is_file()}
+    _scale_tensor_in_place(teacher / "model.safetensors", "encoder.layer.5.output.dense.weight", 3.0)
+    assert {p.name: p.stat().st_size for p in teacher.iterdir() if p.is_file()} == sizes
+
+    again = embed_into_store(store, str(teacher), sentences[:20], batch_size=16, progress=False)
+    assert (again.n_new, again.n_cached) == (20, 0)
+    assert len(list_substores(store)) == 2  # the old teacher's vectors stay under their own identity
+    new_vectors = TeacherStore.open(store, teacher_spec=str(teacher)).lookup(sentences[:20])
+    assert np.min(np.sum(old_vectors * new_vectors, axis=1)) < 0.99  # really the changed model's vectors
+
+
 # ---------------------------------------------------------------------------------------------
 # The stage function and its input files
 # ---------------------------------------------------------------------------------------------
 
 
-def _write_parallel(path: Path, rows: list[tuple[str, str, str, str]], header: str = "source\ttranslation\tlang\tcorpus"):
-    with gzip.open(path, "wt", encoding="utf-8") as handle:
-        handle.write(header + "\n")
-        for row in rows:
-            handle.write("\t".join(row) + "\n")
+def _write_parallel(path: Path, rows: list[tuple[str, ...]]) -> None:
+    write_parallel_tsv(path, rows)
 
 
 def test_stage_embeds_sources_and_a_new_language_only_adds_new_ones(tmp_path, sentences, reference):
@@ -364,4 +399,5 @@ def test_failed_first_run_leaves_no_substore(tmp_path):
     (broken_model / "config.json").write_text("{}")  # resolves and fingerprints, cannot load
     with pytest.raises(Exception):
         embed_into_store(tmp_path / "store", str(broken_model), ["A sentence."], progress=False)
-    assert list((tmp_path / "store").iterdir()) == []
+    store = tmp_path / "store"
+    assert not store.exists() or list(store.iterdir()) == []

@@ -33,13 +33,9 @@ from tests.trainer_helpers import (
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.training import checkpoint as ckpt
 from xdistill.training.pairs import BatchStream, epoch_batches, read_parallel_pairs
-from xdistill.training.trainer import (
-    OutputPaths,
-    TrainParams,
-    linear_schedule,
-    mean_pairwise_cosine,
-    train_student,
-)
+from xdistill.training.settings import OutputPaths, RuntimeSettings, TrainParams
+from xdistill.training.trainer import linear_schedule, train_student
+from xdistill.training.validation import TrainingCollapsedError, mean_pairwise_cosine
 
 REFERENCE = tiny_train_params(steps=16)
 
@@ -107,7 +103,7 @@ def test_linear_schedule_warms_up_then_decays_to_zero() -> None:
         rates.append(scheduler.get_last_lr()[0])
         optimizer.step()
         scheduler.step()
-    assert rates == pytest.approx([1 / 3, 2 / 3, 1.0, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8])
+    assert rates == pytest.approx([0.0, 1 / 2, 1.0, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8])
     assert scheduler.get_last_lr()[0] == 0.0
 
 
@@ -131,6 +127,16 @@ def test_params_are_validated() -> None:
         TrainParams.from_params({"stepz": 3})
     with pytest.raises(XdistillError, match="not a multiple of grad_accumulation"):
         TrainParams.from_params({"batch_size": 10, "grad_accumulation": 3})
+    with pytest.raises(XdistillError, match="moved to the runtime section"):
+        TrainParams.from_params({"threads": 2})
+    with pytest.raises(XdistillError, match="dev_score_weights: unknown keys"):
+        TrainParams.from_params({"dev_score_weights": {"stss": 1.0}})
+    with pytest.raises(XdistillError, match="interpolation: every weight must be in"):
+        TrainParams.from_params({"interpolation": [0.5, 1.5]})
+    with pytest.raises(XdistillError, match="selection_metric"):
+        TrainParams.from_params({"selection_metric": "dev_mse"})
+    with pytest.raises(XdistillError, match="runtime"):
+        RuntimeSettings(log_every=0)
 
 
 def test_checkpoint_of_other_settings_is_ignored(tmp_path: Path) -> None:
@@ -149,7 +155,10 @@ def test_checkpoint_of_other_settings_is_ignored(tmp_path: Path) -> None:
 def test_cli_trains_and_writes_every_output(reference_run: Path) -> None:
     metrics = json.loads((reference_run / "train.json").read_text())
     assert metrics["steps"] == 16 and metrics["resumed_from_step"] is None
-    assert metrics["best"]["dev_mse"] < metrics["initial"]["dev_mse"]
+    assert metrics["best"]["dev_mse_x100"] < metrics["initial"]["dev_mse_x100"]
+    # validation covered the stsb-multi-mt dev sets of the dev pairs' language (de) and English
+    assert {"dev_sts_en-en", "dev_sts_de-de", "dev_sts_en-de", "dev_sts_de-en"} <= set(metrics["initial"])
+    assert math.isfinite(metrics["initial"]["dev_sts"]) and math.isfinite(metrics["initial"]["dev_score"])
     assert metrics["best_step"] in (4, 8, 12, 16)
     history = (reference_run / "history.csv").read_text().splitlines()
     assert history[0].startswith("step,kind") and len(history) == 1 + 5 + 8  # 5 dev evals, 8 log rows
@@ -214,8 +223,8 @@ def test_low_dimensional_student_with_feature_distillation(setup: dict[str, Path
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", tmp_path / "m.json", None, None)
     result = train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
                            str(setup["student"]), params, outputs, device="cpu")
-    assert math.isfinite(result.initial["dev_mse"])
-    assert result.best["dev_mse"] < result.initial["dev_mse"]
+    assert math.isfinite(result.initial["dev_mse_x100"])
+    assert result.best["dev_mse_x100"] < result.initial["dev_mse_x100"]
     model = SentenceTransformer(str(tmp_path / "student"), device="cpu")
     assert model.encode(["Guten Morgen"]).shape == (1, 16)
     # the projection of feature distillation is training-only
@@ -238,9 +247,14 @@ def test_collapse_guard_fails_loud(setup: dict[str, Path], tmp_path: Path) -> No
     params = tiny_train_params(learning_rate=1e-2, student={"keep_layers": 1, "output_dim": 16},
                                loss={"mse": 0.0, "feature_distillation": 1.0})
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
-    with pytest.raises(XdistillError, match=r"training collapsed at step [48]: mean pairwise cosine of dev embeddings is 0.9\d+ > train.collapse_threshold 0.95"):
+    with pytest.raises(TrainingCollapsedError, match="training collapsed at step") as raised:
         train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
                       str(setup["student"]), params, outputs, device="cpu")
+    collapse = raised.value
+    # detected at a dev evaluation after training started, against the configured threshold
+    assert collapse.step > 0 and collapse.step % params["eval_every"] == 0
+    assert collapse.threshold == TrainParams.from_params(params).collapse_threshold
+    assert collapse.mean_cosine > collapse.threshold
     assert not (tmp_path / "student").exists()
 
 
@@ -257,7 +271,7 @@ def test_missing_teacher_vectors_fail_clearly(setup: dict[str, Path], tmp_path: 
 def test_procrustes_aligned_head_starts_in_the_teachers_space(setup: dict[str, Path], reference_run: Path,
                                                               tmp_path: Path) -> None:
     params = tiny_train_params(steps=2, eval_every=2, student={"keep_layers": 1, "dropout": 0.0,
-                                                                "align_to_teacher": True})
+                                                                "align_to_teacher": True, "head_fit": "procrustes"})
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
     result = train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
                            str(setup["student"]), params, outputs, device="cpu")
@@ -266,13 +280,13 @@ def test_procrustes_aligned_head_starts_in_the_teachers_space(setup: dict[str, P
     assert result.initial["dev_accuracy_src2tgt"] == plain["dev_accuracy_src2tgt"]
     assert result.initial["dev_mean_pairwise_cosine"] == pytest.approx(plain["dev_mean_pairwise_cosine"], abs=1e-5)
     # ... but moves it onto the teacher's vectors
-    assert result.initial["dev_mse"] < 0.9 * plain["dev_mse"]
+    assert result.initial["dev_mse_x100"] < 0.9 * plain["dev_mse_x100"]
     model = SentenceTransformer(str(tmp_path / "student"), device="cpu")
     assert [type(m).__name__ for m in model] == ["Transformer", "Pooling", "Dense", "Normalize"]
 
 
 def _tokenized(student, sentences: list[str], teacher: torch.Tensor):
-    from xdistill.training.trainer import TokenizedPairs
+    from xdistill.training.batches import TokenizedPairs
 
     ids = [student.tokenizer(s)["input_ids"] for s in sentences]
     return TokenizedPairs(src=ids, tgt=ids, teacher=teacher.float())
@@ -288,7 +302,8 @@ def test_head_to_a_wider_teacher_is_a_semi_orthogonal_procrustes_map(setup: dict
     """384-d student, 768-d teacher (mE5-small <- mpnet): the head maps into the teacher's space,
     keeping every cosine of the student; a teacher that *is* a rotation of the student is hit exactly."""
     from xdistill.training.student import StudentConfig, build_student, head_dimension
-    from xdistill.training.trainer import Featurizer, align_head_to_teacher, encode_token_ids, head_bypassed
+    from xdistill.training.alignment import align_head_to_teacher, head_bypassed
+    from xdistill.training.batches import Featurizer, encode_token_ids
 
     config = StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, align_to_teacher=True,
                            max_seq_length=32)
@@ -319,7 +334,6 @@ def test_low_dimensional_head_starts_as_principal_axes_with_a_fitted_projection(
             tiny_train_params(**params, student={"keep_layers": 1, "dropout": 0.0, "output_dim": 16,
                                                  "align_to_teacher": align}), outputs, device="cpu").initial
     # the random 16-d head and projection start far from the teacher; the aligned ones start on it
-    assert runs[True]["dev_mse"] < 0.5 * runs[False]["dev_mse"]
-    assert runs[True]["dev_accuracy"] >= runs[False]["dev_accuracy"]
+    assert runs[True]["dev_mse_x100"] < 0.5 * runs[False]["dev_mse_x100"]
     model = SentenceTransformer(str(tmp_path / "student-True"), device="cpu")
     assert model.encode(["Guten Morgen"]).shape == (1, 16)

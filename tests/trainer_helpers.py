@@ -36,6 +36,8 @@ def minilm_folder() -> str:
 
 def write_parallel_files(folder: Path, n_train: int = 48, n_dev: int = 24) -> tuple[Path, Path]:
     """``train.tsv.gz`` and ``dev.tsv.gz`` from the first real Tatoeba en-de pairs."""
+    from xdistill.data.parallel_tsv import write_parallel_tsv
+
     folder.mkdir(parents=True, exist_ok=True)
     rows: list[tuple[str, str]] = []
     with gzip.open(mirror_dir() / TATOEBA_DE, "rt", encoding="utf-8") as handle:
@@ -48,15 +50,13 @@ def write_parallel_files(folder: Path, n_train: int = 48, n_dev: int = 24) -> tu
     paths = []
     for name, part in (("train", rows[:n_train]), ("dev", rows[n_train:])):
         path = folder / f"{name}.tsv.gz"
-        with gzip.open(path, "wt", encoding="utf-8") as handle:
-            handle.write("source\ttranslation\tlang\tcorpus\n")
-            handle.writelines(f"{en}\t{de}\tde\ttatoeba\n" for en, de in part)
+        write_parallel_tsv(path, ((en, de, "de", "tatoeba") for en, de in part))
         paths.append(path)
     return paths[0], paths[1]
 
 
 def build_store(folder: Path, parallel_files: list[Path]) -> Path:
-    from xdistill.training.teacher_store import build_teacher_store
+    from xdistill.training.teacher_embed import build_teacher_store
 
     store = folder / "teacher"
     build_teacher_store(parallel_files, store, {"teacher": TEACHER_SPEC, "batch_size": 32})
@@ -74,10 +74,10 @@ def tiny_train_params(**overrides: Any) -> dict[str, Any]:
         "max_seq_length": 32,
         "eval_every": 4,
         "checkpoint_every": 2,
-        "log_every": 2,
         "dev_max_pairs": 24,
+        "dev_sts_max_pairs": 16,
+        "align_pairs": 64,
         "early_stopping_patience": None,
-        "threads": 1,
         "student": {"keep_layers": 1, "dropout": 0.0},
         "loss": {"mse": 1.0},
     }
@@ -85,19 +85,28 @@ def tiny_train_params(**overrides: Any) -> dict[str, Any]:
     return params
 
 
+TINY_RUNTIME = {"threads": 1, "log_every": 2}
+
+
 def write_params(path: Path, train: dict[str, Any], student_spec: str) -> Path:
     path.write_text(
-        yaml.safe_dump({"models": {"teacher": TEACHER_SPEC, "student": student_spec}, "train": train}),
+        yaml.safe_dump({"models": {"teacher": TEACHER_SPEC, "student": student_spec}, "train": train,
+                        "runtime": TINY_RUNTIME}),
         encoding="utf-8",
     )
     return path
+
+
+def stsb_dir() -> Path:
+    """The mirror's stsb-multi-mt folder (its dev split validates checkpoints)."""
+    return mirror_dir() / "eval" / "stsb-multi-mt"
 
 
 def cli_args(workdir: Path, data: Path, store: Path, params_file: Path) -> list[str]:
     """``xdistill train`` arguments writing everything under ``workdir``."""
     return [
         "train", "--params", str(params_file), "--train", str(data / "train.tsv.gz"),
-        "--dev", str(data / "dev.tsv.gz"), "--teacher-dir", str(store),
+        "--dev", str(data / "dev.tsv.gz"), "--teacher-dir", str(store), "--dev-sts", str(stsb_dir()),
         "--output", str(workdir / "student"), "--checkpoints", str(workdir / "checkpoints"),
         "--metrics", str(workdir / "train.json"), "--history", str(workdir / "history.csv"),
         "--plot", str(workdir / "curves.png"), "--device", "cpu",

@@ -78,10 +78,14 @@ def load_params(section: str | None = None, path: str | Path = PARAMS_FILE) -> d
         raise XdistillError(f"{path}: params file not found (run from the project root or pass --params)")
     try:
         params = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise InputFileError(path, f"not a UTF-8 text file ({exc.reason})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         raise InputFileError(path, f"invalid YAML: {getattr(exc, 'problem', exc)}", line) from exc
+    if not isinstance(params, dict):
+        raise InputFileError(path, f"expected a mapping of sections (languages:, models:, ...), found a {type(params).__name__}")
     if section is None:
         return params
     if section not in params:

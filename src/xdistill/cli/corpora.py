@@ -8,36 +8,37 @@ with the mirror's layout, from ``corpora.mirror`` or, when it is null, by downlo
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
+
+import click
 
 from xdistill.io import PARAMS_FILE, load_params
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--params", default=PARAMS_FILE, help="params file (default: %(default)s)")
-    parser.add_argument("--out", default="data/raw", help="raw corpora folder (default: %(default)s)")
-    parser.add_argument("--mirror", default=None, help="override corpora.mirror (a folder)")
-
-
-def run(args: argparse.Namespace) -> int:
+@click.command()
+@click.option("--params", default=PARAMS_FILE, show_default=True, help="params file")
+@click.option("--out", default="data/raw", show_default=True, help="raw corpora folder")
+@click.option("--mirror", default=None, help="override corpora.mirror (a folder)")
+def command(params: str, out: str, mirror: str | None) -> int:
+    """Stage the configured raw corpora into data/raw (from the mirror or by download), checksum-verified."""
     from xdistill.data.corpora import stage_corpora
+    from xdistill.data.languages import check_languages
 
-    params = load_params(path=args.params)
-    section = params.get("corpora") or {}
-    mirror = args.mirror if args.mirror is not None else section.get("mirror")
+    all_params = load_params(path=params)
+    section = all_params.get("corpora") or {}
+    mirror = mirror if mirror is not None else section.get("mirror")
     if mirror is not None and not Path(mirror).is_absolute():
         # relative to the params file's folder (the project root); kept relative so that data/raw's
         # MANIFEST.json (a DVC output) is the same in every clone
-        mirror = os.path.normpath(Path(args.params).parent / mirror)
+        mirror = os.path.normpath(Path(params).parent / mirror)
     manifest = stage_corpora(
-        args.out,
+        out,
         datasets=section.get("datasets") or {},
-        languages=params.get("languages") or [],
+        languages=check_languages(all_params.get("languages"), params),
         mirror=mirror,
         base_url=section.get("base_url"),
         urls=section.get("urls") or {},
     )
-    print(f"{args.out}: {len(manifest['files'])} files, {manifest['total_bytes'] / 1e6:.1f} MB")
+    click.echo(f"{out}: {len(manifest['files'])} files, {manifest['total_bytes'] / 1e6:.1f} MB")
     return 0

@@ -6,31 +6,33 @@ the ``.npy`` (float32, L2-normalised rows) appears only once complete.
 
 from __future__ import annotations
 
-import argparse
 import logging
 from pathlib import Path
+
+import click
 
 logger = logging.getLogger(__name__)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", type=Path, help="UTF-8 text file, one sentence per line")
-    parser.add_argument("--model", required=True, help="model spec: pypi:<name>, a local folder or a hub id")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="output .npy file")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (default 64)")
-    parser.add_argument("--shard-rows", type=int, default=10_000,
-                        help="sentences embedded and written per shard (bounds memory; default 10000)")
-    parser.add_argument("--device", default=None, help="torch device (default: automatic)")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-
-
-def run(args: argparse.Namespace) -> int:
+@click.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--model", required=True, help="model spec: pypi:<name>, a local folder or a hub id")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="output .npy file")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
+              help="sentences per forward pass")
+@click.option("--shard-rows", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="sentences embedded and written per shard (bounds memory)")
+@click.option("--device", default=None, help="torch device (default: automatic)")
+@click.option("--no-progress", is_flag=True, help="hide the progress bar")
+def command(file: Path, model: str, output: Path, batch_size: int, shard_rows: int, device: str | None,
+            no_progress: bool) -> int:
+    """Embed FILE (UTF-8, one sentence per line) into a .npy of float32, L2-normalised rows."""
     from xdistill.mining.stream import LineFile, encode_file
     from xdistill.models import load_encoder
 
-    LineFile(args.file)  # fail on a missing input before loading the model
-    encoder = load_encoder(args.model, device=args.device)
-    out = encode_file(encoder, args.file, args.output, batch_size=args.batch_size, shard_rows=args.shard_rows,
-                      progress=not args.no_progress)
+    LineFile(file)  # fail on a bad input before loading the model
+    encoder = load_encoder(model, device=device)
+    out = encode_file(encoder, file, output, batch_size=batch_size, shard_rows=shard_rows, progress=not no_progress)
     logger.info("wrote %s", out)
     return 0

@@ -1,51 +1,70 @@
 """``xdistill evaluate``: the ``baselines`` (``--baselines``) and ``evaluate`` DVC stages.
 
 ``xdistill evaluate --baselines`` evaluates the teacher, the untrained student and mUSE into
-``data/baselines/<label>.json``; ``xdistill evaluate`` evaluates the trained student
+``data/baselines/<label>.json``; ``xdistill evaluate --start`` evaluates the student as training
+started (``models/student_start``: the untrained student with its head fitted to the teacher)
+into ``data/start_baseline/``; ``xdistill evaluate`` evaluates the trained student
 (``models/student``) and writes ``metrics/eval``, ``reports/eval`` and ``plots/eval`` with the
 baselines side by side. Reads params ``languages``, ``models`` and ``evaluate``.
 """
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
+import click
+
 from xdistill.errors import XdistillError
-from xdistill.io import load_params
+from xdistill.io import PARAMS_FILE, load_params
 
 DEFAULT_STUDENT = "models/student"
+DEFAULT_START = "models/student_start"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--baselines", action="store_true",
-                        help="evaluate the reference models (teacher, untrained student, mUSE) into --baselines-dir")
-    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
-    parser.add_argument("--raw-dir", default="data/raw", help="staged corpora holding eval/ (default: data/raw)")
-    parser.add_argument("--dev", default="data/parallel/dev.tsv.gz", help="held-out dev pairs (gzipped TSV)")
-    parser.add_argument("--student", default=DEFAULT_STUDENT, help="trained student model folder or spec")
-    parser.add_argument("--baselines-dir", default="data/baselines")
-    parser.add_argument("--metrics-dir", default="metrics/eval")
-    parser.add_argument("--reports-dir", default="reports/eval")
-    parser.add_argument("--plots-dir", default="plots/eval")
-
-
-def run(args: argparse.Namespace) -> int:
-    from xdistill.evaluation.pipeline import run_baselines, run_student_evaluation
+@click.command()
+@click.option("--baselines", "baselines", is_flag=True,
+              help="evaluate the reference models (teacher, untrained student, mUSE) into --baselines-dir")
+@click.option("--start", "start", is_flag=True,
+              help="evaluate the student as training started (--student-start) into --start-dir")
+@click.option("--params", default=PARAMS_FILE, show_default=True, help="params file")
+@click.option("--raw-dir", default="data/raw", show_default=True, help="staged corpora holding eval/")
+@click.option("--dev", default="data/parallel/dev.tsv.gz", show_default=True, help="held-out dev pairs (gzipped TSV)")
+@click.option("--student", default=DEFAULT_STUDENT, show_default=True, help="trained student model folder or spec")
+@click.option("--student-start", default=DEFAULT_START, show_default=True,
+              help="the student as training started: the untrained student with its head fitted to the teacher")
+@click.option("--start-dir", default="data/start_baseline", show_default=True,
+              help="where --start writes its result; read beside --baselines-dir when it exists")
+@click.option("--baselines-dir", default="data/baselines", show_default=True)
+@click.option("--metrics-dir", default="metrics/eval", show_default=True)
+@click.option("--reports-dir", default="reports/eval", show_default=True)
+@click.option("--plots-dir", default="plots/eval", show_default=True)
+def command(baselines: bool, start: bool, params: str, raw_dir: str, dev: str, student: str, student_start: str,
+            start_dir: str, baselines_dir: str, metrics_dir: str, reports_dir: str, plots_dir: str) -> int:
+    """Evaluate the trained student (--baselines: the reference models; --start: the starting student)."""
+    from xdistill.data.languages import check_languages
+    from xdistill.evaluation.pipeline import run_baselines, run_start_evaluation, run_student_evaluation
     from xdistill.evaluation.suite import EvaluationSettings
 
-    params = load_params(None, args.params)
-    settings = EvaluationSettings.from_params(params.get("evaluate"), params.get("languages") or [])
-    models = params.get("models") or {}
-    if args.baselines:
-        results = run_baselines(settings, models, args.raw_dir, args.dev, args.baselines_dir)
-        print(f"baselines written to {args.baselines_dir}: {', '.join(results)}")
+    all_params = load_params(None, params)
+    languages = check_languages(all_params.get("languages"), params)
+    settings = EvaluationSettings.from_params(all_params.get("evaluate"), languages)
+    models = all_params.get("models") or {}
+    if baselines:
+        results = run_baselines(settings, models, raw_dir, dev, baselines_dir)
+        click.echo(f"baselines written to {baselines_dir}: {', '.join(results)}")
         return 0
-    if args.student == DEFAULT_STUDENT and not Path(DEFAULT_STUDENT).is_dir():
-        raise XdistillError(f"{DEFAULT_STUDENT}: trained student not found (run the `train` stage first)")
     if not models.get("teacher"):
-        raise XdistillError(f"{args.params}: models.teacher is not set (the dev MSE compares with the teacher)")
-    summary = run_student_evaluation(settings, args.student, models["teacher"], args.raw_dir, args.dev,
-                                     args.baselines_dir, args.metrics_dir, args.reports_dir, args.plots_dir)
-    print(f"primary score (student): {summary.get('primary_score')}; reports in {args.reports_dir}")
+        raise XdistillError(f"{params}: models.teacher is not set (the dev MSE compares with the teacher)")
+    if start:
+        if not Path(student_start).exists():
+            raise XdistillError(f"{student_start}: starting student not found (run the `train` stage first)")
+        run_start_evaluation(settings, student_start, models["teacher"], raw_dir, dev, start_dir)
+        click.echo(f"starting student evaluated into {start_dir}")
+        return 0
+    if student == DEFAULT_STUDENT and not Path(DEFAULT_STUDENT).is_dir():
+        raise XdistillError(f"{DEFAULT_STUDENT}: trained student not found (run the `train` stage first)")
+    folders = [baselines_dir] + ([start_dir] if Path(start_dir).is_dir() else [])
+    summary = run_student_evaluation(settings, student, models["teacher"], raw_dir, dev,
+                                     folders, metrics_dir, reports_dir, plots_dir)
+    click.echo(f"primary score (student): {summary.get('primary_score')}; reports in {reports_dir}")
     return 0

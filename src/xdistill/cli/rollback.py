@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
-from xdistill.cli.promote import add_registry_arguments, registry_settings
+import click
+
+from xdistill.cli.promote import registry_options, registry_settings
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_registry_arguments(parser)
-
-
-def run(args: argparse.Namespace) -> int:
+@click.command()
+@registry_options
+def command(params: str, tracking_uri: str | None, model_name: str | None) -> int:
+    """Move the champion alias back to the previous champion."""
     from xdistill.registry.promotion import PromoteConfig, rollback
 
-    tracking_uri, model_name, section = registry_settings(args)
+    tracking_uri, model_name, section = registry_settings(params, tracking_uri, model_name)
     demoted, restored = rollback(model_name, tracking_uri=tracking_uri, config=PromoteConfig.from_params(section))
-    print(json.dumps({"model_name": model_name, "demoted": demoted, "champion": restored}, indent=2))
+    click.echo(json.dumps({"model_name": model_name, "demoted": demoted, "champion": restored}, indent=2))
     return 0

@@ -1,54 +1,64 @@
 """``xdistill train``: the DVC ``train`` stage (see :func:`xdistill.training.trainer.train_student`).
 
 Reads params ``train``, ``models.student`` and ``models.teacher`` (to pick the teacher's vectors
-in the store). Run it under ``torchrun --nproc-per-node N -m xdistill.cli.main train`` (or
+in the store), and ``runtime`` (threads, progress interval: how it runs, not what it produces, so
+it is no DVC parameter of the stage). Run it under ``torchrun --nproc-per-node N -m xdistill.cli.main train`` (or
 ``torchrun ... $(which xdistill) train``) for DistributedDataParallel training.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 from pathlib import Path
+
+import click
 
 from xdistill.io import PARAMS_FILE, load_params
 
 logger = logging.getLogger(__name__)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--params", default=PARAMS_FILE, help="params file (default: %(default)s)")
-    parser.add_argument("--train", default="data/parallel/train.tsv.gz", help="training pairs")
-    parser.add_argument("--dev", default="data/parallel/dev.tsv.gz", help="dev pairs")
-    parser.add_argument("--teacher-dir", default="data/teacher", help="teacher embedding store")
-    parser.add_argument("--output", default="models/student", help="student model folder to write")
-    parser.add_argument("--checkpoints", default="data/checkpoints", help="checkpoint folder (resume)")
-    parser.add_argument("--metrics", default="metrics/train.json")
-    parser.add_argument("--history", default="reports/train_history.csv")
-    parser.add_argument("--plot", default="plots/train_curves.png")
-    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when present)")
+@click.command()
+@click.option("--params", default=PARAMS_FILE, show_default=True, help="params file")
+@click.option("--train", "train_file", default="data/parallel/train.tsv.gz", show_default=True, help="training pairs")
+@click.option("--dev", "dev_file", default="data/parallel/dev.tsv.gz", show_default=True, help="dev pairs")
+@click.option("--teacher-dir", default="data/teacher", show_default=True, help="teacher embedding store")
+@click.option("--dev-sts", default="data/raw/eval/stsb-multi-mt", show_default=True,
+              help="stsb-multi-mt folder whose dev split validates checkpoints ('' = none)")
+@click.option("--output", default="models/student", show_default=True, help="student model folder to write")
+@click.option("--start-output", default="models/student_start", show_default=True,
+              help="folder for the student as training started (base + fitted head; '' = none)")
+@click.option("--checkpoints", default="data/checkpoints", show_default=True, help="checkpoint folder (resume)")
+@click.option("--metrics", default="metrics/train.json", show_default=True)
+@click.option("--history", default="reports/train_history.csv", show_default=True)
+@click.option("--plot", default="plots/train_curves.png", show_default=True)
+@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when present)")
+def command(params: str, train_file: str, dev_file: str, teacher_dir: str, dev_sts: str, output: str,
+            start_output: str, checkpoints: str, metrics: str, history: str, plot: str, device: str | None) -> int:
+    """Distill the student from the teacher's stored embeddings."""
+    from xdistill.training.settings import OutputPaths, RuntimeSettings, TrainParams
+    from xdistill.training.trainer import train_student
 
-
-def run(args: argparse.Namespace) -> int:
-    from xdistill.training.trainer import OutputPaths, TrainParams, train_student
-
-    params = TrainParams.from_params(load_params("train", args.params))
-    models = load_params("models", args.params)
+    train_params = TrainParams.from_params(load_params("train", params))
+    runtime = RuntimeSettings.from_params(load_params(None, params).get("runtime"))
+    models = load_params("models", params)
     outputs = OutputPaths(
-        model_dir=Path(args.output),
-        checkpoint_dir=Path(args.checkpoints),
-        metrics=Path(args.metrics),
-        history_csv=Path(args.history),
-        plot=Path(args.plot),
+        model_dir=Path(output),
+        checkpoint_dir=Path(checkpoints),
+        metrics=Path(metrics),
+        history_csv=Path(history),
+        plot=Path(plot),
+        start_dir=Path(start_output) if start_output else None,
     )
     result = train_student(
-        args.train, args.dev, args.teacher_dir, models["student"], params, outputs,
-        teacher_spec=models.get("teacher"), device=args.device,
+        train_file, dev_file, teacher_dir, models["student"], train_params, outputs,
+        teacher_spec=models.get("teacher"), device=device, dev_sts_dir=dev_sts or None, runtime=runtime,
     )
+    exported = result.interpolation["selected"] if result.interpolation else result.best
     logger.info(
-        "trained %d steps (best step %d): dev mse %.6f -> %.6f, dev accuracy %.3f -> %.3f; student in %s",
-        result.steps_completed, result.best_step, result.initial.get("dev_mse", float("nan")),
-        result.best.get("dev_mse", float("nan")), result.initial.get("dev_accuracy", float("nan")),
-        result.best.get("dev_accuracy", float("nan")), result.output_dir,
+        "trained %d steps (best step %d): dev score %.2f -> %.2f (exported%s); student in %s",
+        result.steps_completed, result.best_step, result.initial.get("dev_score", float("nan")),
+        exported.get("dev_score", float("nan")),
+        f", interpolation a={result.interpolation['alpha']:g}" if result.interpolation else "", result.output_dir,
     )
     return 0

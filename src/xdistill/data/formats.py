@@ -145,6 +145,8 @@ def iter_lines(path: Path, checker: RowChecker) -> Iterator[tuple[int, str]]:
         raise InputFileError(path, f"truncated or corrupt gzip after {line_no} lines: {exc}", line_no or None) from exc
     finally:
         checker.rows += line_no
+    if line_no == 0:  # a configured source that holds nothing is a mistake, not a corpus
+        raise InputFileError(path, "empty file: a configured parallel-data source holds no line")
     checker.finish()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from xdistill.errors import XdistillError
 
 # ISO 639-1 -> (ISO 639-3 as used by Tatoeba/LASER/FreeDict file names, FLORES-200 code)
@@ -60,3 +62,16 @@ def expand(pattern: str, lang: str) -> str:
 def known_codes() -> set[str]:
     """Every ISO 639-1 and 639-3 code this module knows (header detection uses them)."""
     return set(_CODES) | {lang3 for lang3, _ in _CODES.values()}
+
+
+def check_languages(languages: object, where: str | Path) -> list[str]:
+    """The ``languages`` param as a list of known ISO 639-1 codes; a clear error naming ``where`` otherwise."""
+    if not isinstance(languages, list) or not languages or not all(isinstance(lang, str) for lang in languages):
+        raise XdistillError(f"{where}: `languages` must be a non-empty list of ISO 639-1 codes, got {languages!r}")
+    unknown = [lang for lang in languages if lang not in _CODES]
+    if unknown:
+        raise XdistillError(
+            f"{where}: unknown language code(s) {', '.join(map(repr, unknown))} in `languages` "
+            f"(ISO 639-1; known: {', '.join(sorted(_CODES))})"
+        )
+    return list(languages)

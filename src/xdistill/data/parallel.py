@@ -11,15 +11,13 @@ flat whatever the input size:
 3. draw each source's share of ``max_train_pairs`` (weights, small sources repeated up to
    ``max_repeats``), split evenly over its languages, and write the streams interleaved in random order.
 
-Outputs (written atomically): ``train.tsv.gz`` and ``dev.tsv.gz`` with header
-``source<TAB>translation<TAB>lang<TAB>corpus`` (English, its translation, ISO 639-1, source name),
-and the data report (:mod:`xdistill.data.report`).
+Outputs (written atomically): ``train.tsv.gz`` and ``dev.tsv.gz`` in the parallel TSV format of
+:mod:`xdistill.data.parallel_tsv` (English, its translation, ISO 639-1, source name), and the data
+report (:mod:`xdistill.data.report`).
 """
 
 from __future__ import annotations
 
-import gzip
-import io
 import logging
 import random
 import tempfile
@@ -34,15 +32,12 @@ from xdistill.data import report as data_report
 from xdistill.data.clean import Cleaner, CleaningConfig
 from xdistill.data.decontaminate import evaluation_sentences
 from xdistill.data.formats import Checkers
+from xdistill.data.parallel_tsv import write_parallel_tsv
 from xdistill.data.sampling import Reservoir, interleave, repeat_and_select, source_targets, split_evenly
 from xdistill.data.sources import SourceSpec, read_source
 from xdistill.errors import XdistillError
-from xdistill.io import atomic_path
 
 log = logging.getLogger(__name__)
-
-HEADER = ("source", "translation", "lang", "corpus")
-
 
 @dataclass
 class ParallelConfig:
@@ -124,7 +119,7 @@ def build_parallel(
         available, overlap = _count_available(spools, dev_keys, dev_sentences)
         plan = _plan(config, spools, available)
         written = _write_train(train_path, spools, plan, available, dev_keys, dev_sentences, rng)
-    _write_tsv(Path(dev_path), (row for _, row in dev_rows))
+    write_parallel_tsv(dev_path, (row for _, row in dev_rows))
     dev_counts: dict[tuple[str, str], int] = {}
     for _, row in dev_rows:
         dev_counts[(row[3], row[2])] = dev_counts.get((row[3], row[2]), 0) + 1
@@ -208,16 +203,6 @@ def _write_train(train_path, spools, plan, available, dev_keys, dev_sentences, r
         return repeat_and_select(kept, available[key], plan[key], rng)
 
     streams = {key: (plan[key], stream(key)) for key in sorted(spools)}
-    _write_tsv(train_path, interleave(streams, rng))
+    write_parallel_tsv(train_path, interleave(streams, rng))
     return {key: plan[key] for key in spools}
 
-
-def _write_tsv(path: Path, rows) -> None:
-    """Gzipped TSV with the header; mtime 0 and no file name in the gzip header, so equal content
-    gives equal bytes (DVC then sees an unchanged output and downstream stages stay cached)."""
-    with atomic_path(path) as tmp, open(tmp, "wb") as raw:
-        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as zipped:
-            with io.TextIOWrapper(zipped, encoding="utf-8", newline="\n") as handle:
-                handle.write("\t".join(HEADER) + "\n")
-                for row in rows:
-                    handle.write("\t".join(row) + "\n")

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from xdistill.evaluation.tatoeba import tatoeba_scores
-from xdistill.training.pairs import read_parallel_pairs
+from xdistill.data.parallel_tsv import read_parallel_pairs
 
 
 def dev_pairs_by_language(

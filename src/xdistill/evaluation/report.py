@@ -32,12 +32,17 @@ BENCHMARK_TITLES: dict[str, str] = {
     "dev": "Held-out dev parallel data: MSE to the teacher (x100) and retrieval accuracy %",
     "mining_flores": "Bitext mining, FLORES-200 BUCC-style benchmark (P/R/F1 %)",
     "mining_bucc": "Bitext mining, official BUCC (P/R/F1 %)",
+    "teacher_space": "Teacher-space compatibility: the teacher embeds English, the model the translation "
+                     "(retrieval accuracy % both ways; cross-model STSb, Spearman x100)",
 }
 
 PRIMARY_SCORE_DEFINITION = (
-    "primary_score = mean of the STS17 average (Spearman x100 over the six headline tracks, 4b excluded) and "
-    "the Tatoeba average (accuracy %, both directions, over the configured languages). Both are 0-100, higher "
-    "is better."
+    "primary_score = mean of three task scores, each 0-100, higher is better: STS = mean of the STS17 average "
+    "(Spearman x100 over the six headline tracks, 4b excluded) and the STSb average (mean of its monolingual and "
+    "cross-lingual averages); retrieval = the Tatoeba average (accuracy %, both directions, configured languages); "
+    "mining = the FLORES BUCC-style mining F1 (mean over languages and constructions). A task a run did not "
+    "measure drops out of the mean. Teacher-space compatibility is reported beside it, not inside: models that do "
+    "not share the teacher's space (mUSE, the untrained student) have no such score."
 )
 PER_LANGUAGE_DEFINITION = (
     "per_language[xx] = mean of the available scores among: Tatoeba average accuracy for xx, and the "
@@ -152,11 +157,18 @@ def write_benchmark_outputs(all_results: Mapping[str, Mapping[str, Any]], metric
     return names
 
 
+def task_scores(results: Mapping[str, Any]) -> dict[str, float]:
+    """The three task scores of :data:`PRIMARY_SCORE_DEFINITION` (NaN where not measured)."""
+    get = lambda bench, key: (scores_of(results, bench) or {}).get(key)  # noqa: E731
+    stsb = mean_or_nan([get("sts_monolingual", "average"), get("sts_crosslingual", "average")])
+    mining = (scores_of(results, "mining_flores") or {}).get("average", {}).get("f1")
+    return {"sts": mean_or_nan([get("sts17", "average"), stsb]), "retrieval": mean_or_nan([get("tatoeba", "average")]),
+            "mining": mean_or_nan([mining])}
+
+
 def primary_score(results: Mapping[str, Any]) -> float:
     """See :data:`PRIMARY_SCORE_DEFINITION`."""
-    sts17 = (scores_of(results, "sts17") or {}).get("average")
-    tatoeba = (scores_of(results, "tatoeba") or {}).get("average")
-    return mean_or_nan([sts17, tatoeba])
+    return mean_or_nan(list(task_scores(results).values()))
 
 
 def per_language_scores(results: Mapping[str, Any], languages: list[str]) -> dict[str, Any]:
@@ -192,8 +204,13 @@ def headline(results: Mapping[str, Any]) -> dict[str, Any]:
     get = lambda bench, key: (scores_of(results, bench) or {}).get(key)  # noqa: E731
     mining = scores_of(results, "mining_flores") or {}
     dev_average = (scores_of(results, "dev") or {}).get("average", {})
+    teacher_space = scores_of(results, "teacher_space") or {}
+    tasks = task_scores(results)
     values = {
         "primary_score": primary_score(results),
+        "task_sts": tasks["sts"],
+        "task_retrieval": tasks["retrieval"],
+        "task_mining": tasks["mining"],
         "sts17_average": get("sts17", "average"),
         "sts17_monolingual_average": get("sts17", "average_monolingual"),
         "sts17_crosslingual_average": get("sts17", "average_crosslingual"),
@@ -206,6 +223,10 @@ def headline(results: Mapping[str, Any]) -> dict[str, Any]:
         "mining_flores_f1": mining.get("average", {}).get("f1"),
         "dev_accuracy": dev_average.get("accuracy"),
         "dev_mse_translation_x100": dev_average.get("mse_translation_x100"),
+        "teacher_space_flores_accuracy": teacher_space.get("flores", {}).get("average"),
+        "teacher_space_flores_min": teacher_space.get("flores", {}).get("min"),
+        "teacher_space_tatoeba_accuracy": teacher_space.get("tatoeba", {}).get("average"),
+        "teacher_space_sts": teacher_space.get("sts", {}).get("average"),
     }
     return {k: clean_number(v) for k, v in values.items() if v is not None}
 

@@ -14,13 +14,13 @@ then Spearman x 100 against the gold scores over the set (:func:`score_sts_set`)
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from xdistill.data.eval_formats import STSbRow, read_sts_gold, read_sts_input, read_stsb_multi_mt
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.evaluation.metrics import paired_cosine, spearman_x100
 
@@ -39,7 +39,6 @@ STS17_INPUT_DIR = "STS2017.eval.v1.1"
 STS17_GOLD_DIR = "STS2017.gs"
 # Tracks outside the headline STS17 average.
 STS17_OUTSIDE_AVERAGE = ("es-en-4b",)
-
 
 
 def is_monolingual_track(track: str) -> bool:
@@ -61,7 +60,7 @@ TRACK_4B_NOTE = (
     "tracks, as most papers' STS17 tables do)."
 )
 
-STSB_SPLIT_FILE = "data/stsb-{lang}-test.csv"
+STSB_SPLIT_FILE = "data/stsb-{lang}-{split}.csv"
 
 
 @dataclass(frozen=True)
@@ -112,41 +111,6 @@ def score_sts_set(embed: Callable[[Sequence[str]], np.ndarray], sts_set: STSSet)
 # ---------------------------------------------------------------- STS17
 
 
-def read_sts_input(path: Path) -> list[tuple[str, str]]:
-    """An STS input file: ``sentence1<TAB>sentence2`` per line."""
-    if not path.is_file():
-        raise InputFileError(path, "STS input file not found")
-    pairs = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            fields = line.rstrip("\r\n").split("\t")
-            if len(fields) != 2:
-                raise InputFileError(path, f"expected 2 tab-separated sentences, found {len(fields)} field(s)", number)
-            pairs.append((fields[0], fields[1]))
-    return pairs
-
-
-def read_sts_gold(path: Path) -> list[float | None]:
-    """An STS gold file: one score (0-5) per line; an empty line is an unscored pair (None)."""
-    if not path.is_file():
-        raise InputFileError(path, "STS gold file not found")
-    scores: list[float | None] = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            text = line.strip()
-            if not text:
-                scores.append(None)
-                continue
-            try:
-                score = float(text)
-            except ValueError:
-                raise InputFileError(path, f"gold score is not a number: {text[:40]!r}", number) from None
-            if not 0.0 <= score <= 5.0:
-                raise InputFileError(path, f"gold score {score} outside 0-5", number)
-            scores.append(score)
-    return scores
-
-
 def scored_line_count(track: str, n_inputs: int, n_gold: int, input_path: Path) -> int:
     """How many leading input lines the gold scores cover (all of them, except track 6)."""
     if n_inputs == n_gold:
@@ -187,55 +151,29 @@ def load_sts17(sts17_dir: str | Path, max_pairs: int | None = None) -> list[STSS
 # ---------------------------------------------------------------- STSb multi-MT
 
 
-@dataclass(frozen=True)
-class STSbRow:
-    sentence1: str
-    sentence2: str
-    score: float
-
-
-def read_stsb_multi_mt(path: str | Path) -> list[STSbRow]:
-    """A stsb-multi-mt CSV file: no header, ``sentence1,sentence2,score``, quoted fields with commas."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputFileError(path, "stsb-multi-mt file not found")
-    rows = []
-    with path.open(encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle)
-        for fields in reader:
-            if len(fields) != 3:
-                raise InputFileError(path, f"expected 3 CSV fields (sentence1, sentence2, score), found {len(fields)}",
-                                     reader.line_num)
-            try:
-                score = float(fields[2])
-            except ValueError:
-                raise InputFileError(path, f"score is not a number: {fields[2][:40]!r}", reader.line_num) from None
-            rows.append(STSbRow(fields[0], fields[1], score))
-    if not rows:
-        raise InputFileError(path, "empty file")
-    return rows
-
-
-def stsb_languages(stsb_dir: str | Path, languages: Sequence[str]) -> list[str]:
-    """The non-English ``languages`` that have a stsb-multi-mt test file."""
-    return [lang for lang in languages if lang != "en" and (Path(stsb_dir) / STSB_SPLIT_FILE.format(lang=lang)).is_file()]
+def stsb_languages(stsb_dir: str | Path, languages: Sequence[str], split: str = "test") -> list[str]:
+    """The non-English ``languages`` that have a stsb-multi-mt file of ``split`` (test, dev, train)."""
+    return [lang for lang in languages
+            if lang != "en" and (Path(stsb_dir) / STSB_SPLIT_FILE.format(lang=lang, split=split)).is_file()]
 
 
 def build_stsb_sets(
-    stsb_dir: str | Path, languages: Sequence[str], max_pairs: int | None = None
+    stsb_dir: str | Path, languages: Sequence[str], max_pairs: int | None = None, split: str = "test"
 ) -> tuple[list[STSSet], list[STSSet]]:
-    """Monolingual (``en-en``, ``xx-xx``) and cross-lingual (``en-xx``, ``xx-en``) STSb test sets.
+    """Monolingual (``en-en``, ``xx-xx``) and cross-lingual (``en-xx``, ``xx-en``) STSb sets of ``split``.
+
+    The evaluation reads the ``test`` split; training selects checkpoints on the ``dev`` split.
 
     Rows of every language file are translations of the same English rows (checked through the
     gold scores, which must agree row by row). Languages without a file are left out.
     """
-    english_path = Path(stsb_dir) / STSB_SPLIT_FILE.format(lang="en")
+    english_path = Path(stsb_dir) / STSB_SPLIT_FILE.format(lang="en", split=split)
     english = read_stsb_multi_mt(english_path)
     gold = np.array([row.score for row in english])
     monolingual = [STSSet("en-en", [r.sentence1 for r in english], [r.sentence2 for r in english], gold)]
     crosslingual = []
-    for lang in stsb_languages(stsb_dir, languages):
-        path = Path(stsb_dir) / STSB_SPLIT_FILE.format(lang=lang)
+    for lang in stsb_languages(stsb_dir, languages, split):
+        path = Path(stsb_dir) / STSB_SPLIT_FILE.format(lang=lang, split=split)
         translated = read_stsb_multi_mt(path)
         _check_rows_aligned(english, translated, path)
         monolingual.append(STSSet(f"{lang}-{lang}", [r.sentence1 for r in translated],

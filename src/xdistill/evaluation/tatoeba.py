@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from xdistill.data.eval_formats import read_tatoeba_pairs
 from xdistill.data.languages import placeholders
-from xdistill.errors import InputFileError, XdistillError
+from xdistill.errors import XdistillError
 from xdistill.mining.knn import retrieval_accuracy
 
 logger = logging.getLogger(__name__)
@@ -39,29 +40,6 @@ def available_codes(tatoeba_dir: str | Path) -> list[str]:
     if not folder.is_dir():
         raise XdistillError(f"{folder}: Tatoeba (LASER) folder not found")
     return sorted(m.group(1) for p in folder.iterdir() if (m := _FILE_PATTERN.match(p.name)))
-
-
-def read_tatoeba_pairs(tatoeba_dir: str | Path, code: str, max_pairs: int | None = None) -> tuple[list[str], list[str]]:
-    """The ``(xx sentences, English sentences)`` of one language, line-aligned, the first ``max_pairs``."""
-    xx_path = Path(tatoeba_dir) / f"tatoeba.{code}-eng.{code}"
-    en_path = Path(tatoeba_dir) / f"tatoeba.{code}-eng.eng"
-    xx_lines = _read_lines(xx_path)
-    en_lines = _read_lines(en_path)
-    if len(xx_lines) != len(en_lines):
-        raise InputFileError(xx_path, f"{len(xx_lines)} lines, but {en_path.name} has {len(en_lines)}")
-    if max_pairs is not None:
-        xx_lines, en_lines = xx_lines[:max_pairs], en_lines[:max_pairs]
-    return xx_lines, en_lines
-
-
-def _read_lines(path: Path) -> list[str]:
-    if not path.is_file():
-        raise InputFileError(path, "Tatoeba file not found")
-    try:
-        return path.read_text(encoding="utf-8").rstrip("\n").split("\n")
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise InputFileError(path, "not valid UTF-8", line) from None
 
 
 def tatoeba_scores(xx_embeddings: np.ndarray, en_embeddings: np.ndarray) -> dict[str, float]:

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xdistill.errors import InputFileError, XdistillError
+from xdistill.data.eval_formats import bucc_paths, read_bucc_gold, read_id_sentences
+from xdistill.errors import XdistillError
 from xdistill.mining.margin import MARGINS, RETRIEVALS, MinedPairs, check_choice, mine_embeddings
 
 if TYPE_CHECKING:
@@ -45,69 +46,12 @@ class BuccSplit:
     gold: set[tuple[str, str]]
 
 
-def bucc_paths(folder: str | Path, language: str, split: str) -> dict[str, Path]:
-    """The three files of one language and split in the BUCC layout."""
-    stem = Path(folder) / f"{language}-en.{split}"
-    return {"xx": stem.with_name(f"{stem.name}.{language}"), "en": stem.with_name(f"{stem.name}.en"),
-            "gold": stem.with_name(f"{stem.name}.gold")}
-
-
-def read_id_sentences(path: str | Path) -> tuple[list[str], list[str]]:
-    """Read ``id<TAB>sentence`` lines; ids must be unique and both fields non-empty."""
-    ids: list[str] = []
-    sentences: list[str] = []
-    seen: set[str] = set()
-    for number, fields in _tab_lines(path):
-        if len(fields) != 2:
-            raise InputFileError(path, f"expected 'id<TAB>sentence', found {len(fields)} tab-separated field(s)", number)
-        sentence_id, sentence = fields[0].strip(), fields[1].strip()
-        if not sentence_id:
-            raise InputFileError(path, "empty sentence id", number)
-        if not sentence:
-            raise InputFileError(path, f"empty sentence for id {sentence_id!r}", number)
-        if sentence_id in seen:
-            raise InputFileError(path, f"duplicate sentence id {sentence_id!r}", number)
-        seen.add(sentence_id)
-        ids.append(sentence_id)
-        sentences.append(sentence)
-    return ids, sentences
-
-
-def read_gold(path: str | Path, xx_ids: Iterable[str], en_ids: Iterable[str]) -> set[tuple[str, str]]:
-    """Read ``xx_id<TAB>en_id`` gold lines, checking that both ids exist."""
-    known_xx, known_en = set(xx_ids), set(en_ids)
-    gold: set[tuple[str, str]] = set()
-    for number, fields in _tab_lines(path):
-        if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
-            raise InputFileError(path, "expected 'xx_id<TAB>en_id' with two non-empty ids", number)
-        xx_id, en_id = fields[0].strip(), fields[1].strip()
-        if xx_id not in known_xx:
-            raise InputFileError(path, f"gold id {xx_id!r} is not in the non-English sentence file", number)
-        if en_id not in known_en:
-            raise InputFileError(path, f"gold id {en_id!r} is not in the English sentence file", number)
-        gold.add((xx_id, en_id))
-    return gold
-
-
-def _tab_lines(path: str | Path) -> Iterable[tuple[int, list[str]]]:
-    """Non-empty lines of a UTF-8 file split on tabs, with 1-based line numbers."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputFileError(path, "file not found")
-    with path.open(encoding="utf-8", newline="") as handle:
-        for number, raw in enumerate(handle, start=1):
-            line = raw.rstrip("\r\n")
-            if not line.strip():
-                continue
-            yield number, line.split("\t")
-
-
 def read_bucc_split(folder: str | Path, language: str, split: str) -> BuccSplit:
     """Read one language and split of a BUCC-layout folder."""
     paths = bucc_paths(folder, language, split)
     xx_ids, xx_sentences = read_id_sentences(paths["xx"])
     en_ids, en_sentences = read_id_sentences(paths["en"])
-    gold = read_gold(paths["gold"], xx_ids, en_ids)
+    gold = read_bucc_gold(paths["gold"], xx_ids, en_ids)
     return BuccSplit(language, split, xx_ids, xx_sentences, en_ids, en_sentences, gold)
 
 

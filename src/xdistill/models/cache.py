@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-from collections.abc import Iterator
 from pathlib import Path
+
+from filelock import FileLock
 
 CACHE_ENV = "XDISTILL_CACHE_DIR"
 
@@ -26,17 +25,10 @@ def model_cache_dir(name: str) -> Path:
     return cache_root() / "models" / name
 
 
-@contextlib.contextmanager
-def build_lock(folder: Path) -> Iterator[None]:
-    """Hold an exclusive lock on building ``folder``, so parallel processes convert it only once.
+def build_lock(folder: Path) -> FileLock:
+    """An exclusive lock on building ``folder``, so parallel processes convert it only once.
 
     The lock is a sibling file ``.<name>.lock``; callers re-check the cache after acquiring it.
     """
     folder.parent.mkdir(parents=True, exist_ok=True)
-    lock_file = folder.parent / f".{folder.name}.lock"
-    with lock_file.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return FileLock(folder.parent / f".{folder.name}.lock")

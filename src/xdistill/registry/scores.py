@@ -4,7 +4,9 @@ The evaluation stage writes ``primary_score`` (the documented headline number: t
 STS17 and Tatoeba averages over the configured languages) and ``per_language``: for each
 language either one score or a mapping ``benchmark -> score``. Each numeric leaf of
 ``per_language`` is one *language score* (``de`` or ``de.sts17``); the gate checks every one of
-them for regressions.
+them for regressions. The same two numbers of the reference models evaluated beside the student
+(the untrained student and the teacher, under ``models`` in the summary) travel with them, so the
+gate can judge a candidate against its own starting point, not only against the champion.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from xdistill.registry.store import numeric_leaves
 
 PRIMARY_SCORE_TAG = "xdistill.primary_score"
 PER_LANGUAGE_TAG = "xdistill.per_language"
+REFERENCES_TAG = "xdistill.references"
+# the evaluation's reference models a candidate is also judged against (labels of summary.json "models")
+BASE_LABEL = "student-untrained"
+TEACHER_LABEL = "teacher"
+REFERENCE_LABELS = (BASE_LABEL, TEACHER_LABEL)
 
 
 @dataclass(frozen=True)
@@ -29,13 +36,20 @@ class Scores:
 
     primary: float
     per_language: dict[str, float] = field(default_factory=dict)
+    # the same scores of the reference models evaluated beside this one (untrained student, teacher)
+    references: dict[str, Scores] = field(default_factory=dict)
 
     def as_tags(self) -> dict[str, str]:
         """Model-version tags that carry these scores (the registry is the promotion's source of truth)."""
-        return {
+        tags = {
             PRIMARY_SCORE_TAG: repr(self.primary),
             PER_LANGUAGE_TAG: json.dumps(self.per_language, sort_keys=True),
         }
+        if self.references:
+            tags[REFERENCES_TAG] = json.dumps(
+                {label: {"primary": ref.primary, "per_language": ref.per_language}
+                 for label, ref in sorted(self.references.items())}, sort_keys=True)
+        return tags
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str]) -> Scores | None:
@@ -43,7 +57,11 @@ class Scores:
         if PRIMARY_SCORE_TAG not in tags:
             return None
         per_language = json.loads(tags.get(PER_LANGUAGE_TAG) or "{}")
-        return cls(float(tags[PRIMARY_SCORE_TAG]), {k: float(v) for k, v in per_language.items()})
+        references = {
+            label: cls(float(ref["primary"]), {k: float(v) for k, v in ref.get("per_language", {}).items()})
+            for label, ref in json.loads(tags.get(REFERENCES_TAG) or "{}").items()
+        }
+        return cls(float(tags[PRIMARY_SCORE_TAG]), {k: float(v) for k, v in per_language.items()}, references)
 
 
 def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summary.json") -> Scores | None:
@@ -60,7 +78,13 @@ def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summar
         raise InputFileError(source, "'per_language' must map each language to a score or to {benchmark: score}")
     if primary is None or not math.isfinite(primary):
         return None
-    return Scores(float(primary), numeric_leaves(per_language))
+    references = {}
+    for label in REFERENCE_LABELS:
+        model = (summary.get("models") or {}).get(label) or {}
+        value = model.get("primary_score")
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            references[label] = Scores(float(value), numeric_leaves(model.get("per_language") or {}))
+    return Scores(float(primary), numeric_leaves(per_language), references)
 
 
 def read_summary_scores(path: str | Path) -> Scores | None:

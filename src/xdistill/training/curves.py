@@ -28,15 +28,17 @@ def plot_training_curves(history: list[dict[str, Any]], path: str | Path, best_s
         loss_ax.legend(fontsize=8)
 
     dev_steps = [row["step"] for row in dev]
-    mse_ax.plot(dev_steps, [row["dev_mse_src"] for row in dev], "o-", label="student(src) vs teacher(src)")
-    mse_ax.plot(dev_steps, [row["dev_mse_tgt"] for row in dev], "s-", label="student(tgt) vs teacher(src)")
-    mse_ax.set(title="dev MSE", xlabel="step")
+    for key, marker, label in (("dev_mse_x100_src", "o-", "student(src) vs teacher(src)"),
+                               ("dev_mse_x100_tgt", "s-", "student(tgt) vs teacher(src)")):
+        mse_ax.plot(dev_steps, [row.get(key, float("nan")) for row in dev], marker, label=label)
+    mse_ax.set(title="dev MSE to the teacher (x 100)", xlabel="step")
     mse_ax.legend(fontsize=8)
 
-    acc_ax.plot(dev_steps, [row["dev_accuracy_src2tgt"] for row in dev], "o-", label="src -> tgt")
-    acc_ax.plot(dev_steps, [row["dev_accuracy_tgt2src"] for row in dev], "s-", label="tgt -> src")
-    acc_ax.plot(dev_steps, [row["dev_mean_pairwise_cosine"] for row in dev], ":", c="grey", label="mean pairwise cos")
-    acc_ax.set(title="dev translation accuracy", xlabel="step", ylim=(0, 1.02))
+    for key, marker, label in (("dev_score", "D-", "dev score (selection)"), ("dev_sts", "o-", "STS dev (Spearman x 100)"),
+                               ("dev_accuracy", "s-", "translation retrieval %"),
+                               ("dev_teacher_accuracy", "^-", "teacher-space retrieval %")):
+        acc_ax.plot(dev_steps, [row.get(key, float("nan")) for row in dev], marker, label=label)
+    acc_ax.set(title="dev quality (points)", xlabel="step")
     acc_ax.legend(fontsize=8)
 
     lr_ax.plot(steps, [row["lr"] for row in train], c="tab:purple")

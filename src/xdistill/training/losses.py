@@ -20,13 +20,14 @@ trainable projection of feature distillation (the projection is never part of th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 
 LOSS_NAMES = ("mse", "feature_distillation", "logit_distillation", "additive_margin_softmax")
@@ -111,6 +112,8 @@ class LossConfig:
                additive_margin_softmax: 0.1, temperature: 0.1, margin: 0.3, scale: 20.0}
     """
 
+    __pydantic_config__ = SECTION_CONFIG
+
     mse: float = 1.0
     feature_distillation: float = 0.0
     logit_distillation: float = 0.0
@@ -130,16 +133,8 @@ class LossConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> LossConfig:
-        """Build from a params mapping; unknown keys are an error (a typo must not silently do nothing)."""
-        values = dict(values or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise XdistillError(f"unknown loss setting(s) {unknown}; known: {sorted(known)}")
-        try:
-            return cls(**{k: float(v) for k, v in values.items()})
-        except (TypeError, ValueError) as exc:
-            raise XdistillError(f"loss settings must be numbers: {exc}") from exc
+        """Build from the ``train.loss`` params mapping (see :func:`xdistill.config.parse_section`)."""
+        return parse_section(cls, values, "train.loss")
 
     @property
     def active(self) -> tuple[str, ...]:

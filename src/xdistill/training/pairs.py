@@ -1,4 +1,4 @@
-"""Parallel training pairs: reading, one-time tokenisation and length-bucketed batches.
+"""Parallel training pairs: one-time tokenisation and length-bucketed batches.
 
 Pairs are tokenised once up front (sentence-transformers' trainer tokenises every batch again)
 and batched so that pairs of similar length share a batch, which removes most padding. The batch
@@ -8,70 +8,15 @@ the number of batches consumed: resuming needs no sampler state.
 
 from __future__ import annotations
 
-import csv
-import gzip
 from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from xdistill.errors import InputFileError
+# The pairs are read by the owner of their file format; trainer.py imports them from here.
+from xdistill.data.parallel_tsv import ParallelPairs, read_parallel_pairs
 
-PARALLEL_HEADER = ("source", "translation", "lang", "corpus")
-
-
-@dataclass
-class ParallelPairs:
-    """English sources, their translations, and each pair's language."""
-
-    sources: list[str]
-    translations: list[str]
-    langs: list[str]
-
-    def __len__(self) -> int:
-        return len(self.sources)
-
-    def spread(self, n: int | None) -> ParallelPairs:
-        """``n`` pairs evenly spaced through the file (all when ``n`` is None).
-
-        Files are often grouped by language, so the first ``n`` would miss languages.
-        """
-        if n is None or n >= len(self):
-            return self
-        rows = np.linspace(0, len(self) - 1, num=n).round().astype(int)
-        return ParallelPairs([self.sources[i] for i in rows], [self.translations[i] for i in rows],
-                             [self.langs[i] for i in rows])
-
-
-def read_parallel_pairs(path: str | Path) -> ParallelPairs:
-    """Read a (gzipped) ``source<TAB>translation<TAB>lang<TAB>corpus`` file with that header."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputFileError(path, "parallel data file not found (run the `parallel` stage first)")
-    opener = gzip.open if path.suffix == ".gz" else open
-    sources: list[str] = []
-    translations: list[str] = []
-    langs: list[str] = []
-    try:
-        with opener(path, "rt", encoding="utf-8", newline="") as handle:
-            reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
-            header = next(reader, None)
-            if header is None or tuple(header[:2]) != PARALLEL_HEADER[:2]:
-                raise InputFileError(path, f"expected a header starting with 'source\\ttranslation', got {header}", 1)
-            lang_col = header.index("lang") if "lang" in header else None
-            for line_no, row in enumerate(reader, start=2):
-                if len(row) < 2 or not row[0].strip() or not row[1].strip():
-                    raise InputFileError(path, f"expected a non-empty source and translation, got {row!r}", line_no)
-                sources.append(row[0])
-                translations.append(row[1])
-                langs.append(row[lang_col] if lang_col is not None and lang_col < len(row) else "")
-    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile, csv.Error) as exc:
-        raise InputFileError(path, f"unreadable parallel data: {exc}") from exc
-    if not sources:
-        raise InputFileError(path, "no sentence pairs")
-    return ParallelPairs(sources, translations, langs)
+__all__ = ["BatchStream", "ParallelPairs", "epoch_batches", "pad_batch", "read_parallel_pairs", "tokenize_texts"]
 
 
 def tokenize_texts(tokenizer, texts: Sequence[str], max_length: int, prompt: str = "", chunk: int = 4096) -> list[list[int]]:

@@ -6,6 +6,11 @@ spec (``pypi:multilingual-e5-small``, a local folder, a hub id) with three optio
 - keep only the first ``keep_layers`` transformer layers (a shallower, faster student);
 - freeze the word-embedding table (for mE5 that is 96M of its 117M parameters: training is
   ~2-3x faster and the vocabulary of languages absent from the training data is not damaged);
+- freeze the embedding block and the lowest ``freeze_layers`` transformer layers (backward stops
+  at the first trainable layer, so a step is cheaper, and the base model's lower layers, which
+  carry most of its cross-lingual alignment, are kept as they are);
+- train low-rank adapters (``lora``, via peft) instead of the full weights; they are merged into
+  the weights before export, so the saved folder is an ordinary model;
 - add an output :class:`Dense` layer to ``output_dim`` (LEALLA-style low-dimensional students),
   placed after pooling and before any ``Normalize`` so exported embeddings stay unit length.
 
@@ -16,6 +21,7 @@ in the loss, not in the student, so it is never exported.
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,15 +31,35 @@ import torch
 from sentence_transformers import SentenceTransformer
 from torch import nn
 
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.io import atomic_path
 
 logger = logging.getLogger(__name__)
 
+HEAD_FITS = ("procrustes", "least_squares")
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """``train.student.lora``: low-rank adapters (Hu et al. 2021) through peft."""
+
+    __pydantic_config__ = SECTION_CONFIG
+
+    rank: int = 16
+    alpha: float = 32.0
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.rank < 1 or self.alpha <= 0 or not 0.0 <= self.dropout < 1.0:
+            raise XdistillError(f"params train.student.lora: rank >= 1, alpha > 0, 0 <= dropout < 1; got {self}")
+
 
 @dataclass(frozen=True)
 class StudentConfig:
     """How to build the student from its base encoder (``train.student`` in params.yaml)."""
+
+    __pydantic_config__ = SECTION_CONFIG
 
     spec: str
     keep_layers: int | None = None
@@ -47,15 +73,27 @@ class StudentConfig:
     # Procrustes map onto the teacher; with a smaller output_dim it starts as the student's top
     # principal axes (and the feature-distillation projection as a least-squares fit).
     align_to_teacher: bool = False
+    # How the head is fitted (align_to_teacher with a head of the teacher's dimension):
+    # "procrustes" (orthogonal: keeps every cosine of the untrained student) or "least_squares"
+    # (affine ridge regression onto the teacher: also removes the base model's common direction,
+    # which the teacher's space does not have; see xdistill.training.alignment).
+    head_fit: str = "procrustes"
+    # Freeze the embedding block and the first k transformer layers (0: only what
+    # freeze_word_embeddings says).
+    freeze_layers: int = 0
+    # Low-rank adapters instead of full fine-tuning, e.g. {rank: 16, alpha: 32, dropout: 0.0};
+    # null = off. Adapters go on the attention and feed-forward projections of the unfrozen layers.
+    lora: LoraSettings | None = None
 
     @classmethod
     def from_params(cls, spec: str, section: dict[str, Any] | None, max_seq_length: int) -> StudentConfig:
-        section = dict(section or {})
-        known = {"keep_layers", "freeze_word_embeddings", "output_dim", "dropout", "align_to_teacher"}
-        unknown = set(section) - known
-        if unknown:
-            raise XdistillError(f"params train.student: unknown keys {sorted(unknown)} (known: {sorted(known)})")
-        return cls(spec=spec, max_seq_length=max_seq_length, **section)
+        return parse_section(cls, section, "train.student", spec=spec, max_seq_length=max_seq_length)
+
+    def __post_init__(self) -> None:
+        if self.head_fit not in HEAD_FITS:
+            raise XdistillError(f"params train.student.head_fit must be one of {list(HEAD_FITS)}, got {self.head_fit!r}")
+        if self.freeze_layers < 0:
+            raise XdistillError(f"params train.student.freeze_layers must be >= 0, got {self.freeze_layers}")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,14 +125,20 @@ def build_student(config: StudentConfig, device: str | torch.device = "cpu", see
     """
     from xdistill.models import load_sentence_transformer
 
+    # model.max_seq_length (the tokenizer's limit) stays the base model's: the trainer truncates
+    # its own training inputs to config.max_seq_length, and the exported student must embed whole
+    # inputs up to the base model's limit.
     model = load_sentence_transformer(config.spec)
-    model.max_seq_length = config.max_seq_length
     if config.keep_layers is not None:
         keep_first_layers(model, config.keep_layers)
     if config.dropout is not None:
         set_dropout(model, config.dropout)
     if config.freeze_word_embeddings:
         freeze_word_embeddings(model)
+    if config.freeze_layers:
+        freeze_lower_layers(model, config.freeze_layers)
+    if config.lora is not None:
+        add_lora_adapters(model, config.lora, config.freeze_layers)
     head_dim = head_dimension(config, model.get_embedding_dimension(), teacher_dim)
     if head_dim is not None:
         # The Dense head's random init must not depend on what ran before in the process
@@ -157,6 +201,61 @@ def freeze_word_embeddings(model: SentenceTransformer) -> None:
     logger.info("student: froze the word-embedding table (%s parameters)", f"{embeddings.weight.numel():,}")
 
 
+def freeze_lower_layers(model: SentenceTransformer, k: int) -> None:
+    """Freeze the embedding block (word, position, type embeddings, their LayerNorm) and the first ``k`` layers."""
+    backbone = transformer_backbone(model)
+    _, _, layers = _layer_stack(backbone)
+    if k > len(layers):
+        raise XdistillError(f"train.student.freeze_layers={k}: the student has {len(layers)} layers")
+    embeddings = getattr(backbone, "embeddings", None)
+    frozen = [embeddings] if isinstance(embeddings, nn.Module) else [backbone.get_input_embeddings()]
+    for module in [*frozen, *list(layers)[:k]]:
+        for parameter in module.parameters():
+            parameter.requires_grad_(False)
+    logger.info("student: froze the embedding block and the first %d of %d layers", k, len(layers))
+
+
+LORA_TARGETS = ("query", "key", "value", "dense")  # BERT/XLM-R attention and feed-forward projections
+
+
+def add_lora_adapters(model: SentenceTransformer, settings: LoraSettings, frozen_layers: int) -> None:
+    """Replace full fine-tuning of the transformer by low-rank adapters (peft LoRA).
+
+    Every transformer weight is frozen; adapters of rank ``settings.rank`` are added to the
+    attention and feed-forward projections of the layers above ``frozen_layers``. A Dense head,
+    when present, stays fully trainable. :func:`merge_lora_adapters` folds them back in.
+    """
+    from peft import LoraConfig, inject_adapter_in_model
+
+    backbone = transformer_backbone(model)
+    _, _, layers = _layer_stack(backbone)
+    for parameter in backbone.parameters():
+        parameter.requires_grad_(False)
+    layer_ids = list(range(frozen_layers, len(layers)))
+    config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
+                        target_modules=list(LORA_TARGETS), layers_to_transform=layer_ids, bias="none")
+    inject_adapter_in_model(config, backbone)
+    trainable = sum(p.numel() for p in backbone.parameters() if p.requires_grad)
+    logger.info("student: LoRA rank %d on layers %d-%d (%s trainable parameters)", settings.rank,
+                frozen_layers, len(layers) - 1, f"{trainable:,}")
+
+
+def has_lora_adapters(model: nn.Module) -> bool:
+    return any("lora_" in name for name, _ in model.named_parameters())
+
+
+def merge_lora_adapters(model: SentenceTransformer) -> None:
+    """Fold every LoRA adapter into its base weight and restore plain ``nn.Linear`` layers."""
+    from peft.tuners.lora import LoraLayer
+
+    backbone = transformer_backbone(model)
+    for parent in list(backbone.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, LoraLayer):
+                child.merge()
+                setattr(parent, name, child.get_base_layer())
+
+
 def output_dense(model: SentenceTransformer):
     """The student's Dense head (None when it has none)."""
     return next((m for m in model if type(m).__name__ == "Dense"), None)
@@ -206,6 +305,9 @@ def load_trainable_state_dict(model: nn.Module, state: dict[str, torch.Tensor]) 
 def save_student(model: SentenceTransformer, output_dir: str | Path) -> Path:
     """Write the student as a sentence-transformers folder, atomically (replaces ``output_dir``)."""
     output_dir = Path(output_dir)
+    if has_lora_adapters(model):
+        model = copy.deepcopy(model)
+        merge_lora_adapters(model)
     with atomic_path(output_dir, is_dir=True) as tmp:
         model.save(str(tmp))
     return output_dir

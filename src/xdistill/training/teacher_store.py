@@ -1,4 +1,4 @@
-"""On-disk cache of teacher embeddings: computed once per (teacher, normalised sentence).
+"""On-disk store of teacher embeddings: one vector per (teacher, normalised sentence).
 
 Layout of a store folder (``data/teacher/``, a DVC ``persist: true`` output)::
 
@@ -24,34 +24,28 @@ Why this shape:
 - **fp16 vectors.** Half the disk and page cache of fp32; teacher embeddings are unit-normalised,
   where fp16 keeps ~3 significant digits (cosine error ~1e-3 at worst, far below training noise).
 
-Encoding (:func:`embed_into_store`) tokenises the missing sentences once to get their true token
-lengths and runs batches in descending token-length order, so padding is nearly zero; that, not a
-different model, is why it is faster than ``SentenceTransformer.encode`` (which sorts by characters).
+Filling the store with a teacher's vectors is :mod:`xdistill.training.teacher_embed`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
 import os
 import re
 import shutil
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+from filelock import FileLock
 
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import atomic_path, write_json_atomic
-
-if TYPE_CHECKING:  # heavy imports only where the model actually runs
-    from sentence_transformers import SentenceTransformer
 
 logger = logging.getLogger(__name__)
 
@@ -95,25 +89,6 @@ def substore_name(teacher_id: str) -> str:
 # --------------------------------------------------------------------------------------------
 # Reading
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EmbedStats:
-    """What one :func:`embed_into_store` call did.
-
-    ``n_requested`` counts distinct normalised sentences asked for; ``n_new`` of them were
-    encoded now and ``n_cached`` were already in the store (``n_new + n_cached == n_requested``).
-    """
-
-    n_requested: int
-    n_new: int
-    n_cached: int
-    seconds: float
-
-    @property
-    def sentences_per_second(self) -> float:
-        """Throughput of the encoding of new sentences (0 when nothing was encoded)."""
-        return self.n_new / self.seconds if self.n_new and self.seconds > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -357,15 +332,21 @@ def list_substores(root: str | Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def _exclusive_lock(folder: Path) -> Iterator[None]:
-    """Serialise writers of one sub-store (readers need no lock: files are never rewritten)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / LOCK_FILE).open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def substore_writer(store_dir: str | Path, teacher_id: str, teacher_spec: str) -> Iterator[SubstoreWriter]:
+    """Hold the write lock of a teacher's sub-store and yield its writer.
+
+    Readers need no lock (files are never rewritten). A sub-store this call created is removed
+    again when it ends before the first commit, so a failed first run leaves nothing behind.
+    """
+    path = Path(store_dir) / substore_name(teacher_id)
+    created = not path.exists()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with FileLock(path / LOCK_FILE):
+            yield SubstoreWriter(path, teacher_id, teacher_spec)
+    finally:
+        if created and not (path / INDEX_FILE).exists():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _write_npy_durably(final: Path, array: np.ndarray) -> tuple[int, str]:
@@ -379,8 +360,8 @@ def _write_npy_durably(final: Path, array: np.ndarray) -> tuple[int, str]:
     return final.stat().st_size, _file_blake2b(final)
 
 
-class _SubstoreWriter:
-    """Appends shards to one sub-store; callers hold :func:`_exclusive_lock`."""
+class SubstoreWriter:
+    """Appends shards to one sub-store; obtained from :func:`substore_writer`, which holds the lock."""
 
     def __init__(self, path: Path, teacher_id: str, teacher_spec: str) -> None:
         self.path = path
@@ -404,6 +385,12 @@ class _SubstoreWriter:
             if (leftover or orphan) and entry.is_file():
                 logger.info("removing leftover of an interrupted append: %s", entry)
                 entry.unlink(missing_ok=True)
+
+    def missing(self, keys: np.ndarray) -> np.ndarray:
+        """Indices of the ``keys`` that have no embedding in the sub-store yet."""
+        if self.index is None:
+            return np.arange(len(keys))
+        return np.flatnonzero(~TeacherStore._open_substore(self.path).contains_keys(keys))
 
     def append(self, keys: np.ndarray, embeddings: np.ndarray) -> None:
         """Commit one shard: data files first, then the index that makes them visible."""
@@ -440,168 +427,8 @@ class _SubstoreWriter:
         self.index = updated
 
 
-# --------------------------------------------------------------------------------------------
-# Encoding
-# --------------------------------------------------------------------------------------------
-
-
 def teacher_fingerprint(teacher_spec: str) -> str:
     """The teacher's identity as recorded in the store (see :func:`xdistill.models.model_fingerprint`)."""
     from xdistill.models import model_fingerprint
 
     return model_fingerprint(teacher_spec)
-
-
-def _token_lengths(model: SentenceTransformer, texts: Sequence[str], chunk: int = 4096) -> np.ndarray:
-    """Token count of each text as the model will see it (characters when there is no tokenizer)."""
-    tokenizer = getattr(model, "tokenizer", None)
-    if tokenizer is None:
-        return np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
-    max_length = getattr(model, "max_seq_length", None)
-    lengths = np.empty(len(texts), dtype=np.int64)
-    for start in range(0, len(texts), chunk):
-        encoded = tokenizer(
-            list(texts[start : start + chunk]),
-            truncation=max_length is not None,
-            max_length=max_length,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-        )["input_ids"]
-        lengths[start : start + len(encoded)] = [len(ids) for ids in encoded]
-    return lengths
-
-
-def encode_length_sorted(
-    model: SentenceTransformer, texts: Sequence[str], batch_size: int, *, progress: bool = True
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Yield ``(indices into texts, float32 embeddings)`` batch by batch, longest texts first.
-
-    Sorting by true token length (not characters) makes every batch nearly padding-free.
-    """
-    import torch
-    from tqdm.auto import tqdm
-
-    from xdistill.models import default_prompt
-
-    prompt = default_prompt(model) or None  # as SentenceTransformer.encode adds it (mE5: "query: ")
-    order = np.argsort(-_token_lengths(model, texts), kind="stable")
-    model.eval()
-    with torch.inference_mode(), tqdm(total=len(texts), desc="teacher embeddings", unit="sent",
-                                       disable=not progress, mininterval=2.0) as bar:
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            features = model.preprocess([texts[i] for i in batch], prompt=prompt)
-            features = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
-            embeddings = model(features)["sentence_embedding"]
-            yield batch, embeddings.float().cpu().numpy()
-            bar.update(len(batch))
-
-
-def _resolve_device(device: str | None) -> str:
-    if device:
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def embed_into_store(
-    store_dir: str | Path,
-    teacher_spec: str,
-    sentences: Iterable[str],
-    *,
-    batch_size: int = 128,
-    device: str | None = None,
-    commit_rows: int = 16384,
-    progress: bool = True,
-) -> EmbedStats:
-    """Make sure every sentence has a teacher embedding in ``store_dir``; encode only the missing.
-
-    Sentences are normalised (:func:`normalize_text`) and de-duplicated first; the teacher is not
-    even loaded when nothing is missing. New embeddings are committed every ``commit_rows``
-    sentences, so an interrupted run resumes where it stopped.
-    """
-    if batch_size <= 0 or commit_rows <= 0:
-        raise XdistillError(f"batch_size and commit_rows must be positive, got {batch_size}, {commit_rows}")
-    start = time.perf_counter()
-    texts = list(dict.fromkeys(normalized_texts(sentences)))
-    keys = keys_of_normalized(texts)
-    teacher_id = teacher_fingerprint(teacher_spec)
-    path = Path(store_dir) / substore_name(teacher_id)
-    created = not path.exists()
-    try:
-        with _exclusive_lock(path):
-            writer = _SubstoreWriter(path, teacher_id, teacher_spec)
-            missing = np.arange(len(texts))
-            if writer.index is not None:
-                missing = np.flatnonzero(~TeacherStore._open_substore(path).contains_keys(keys))
-            logger.info("teacher %s: %d distinct sentences, %d already stored, %d to embed (store %s)",
-                        teacher_spec, len(texts), len(texts) - len(missing), len(missing), path)
-            if len(missing):
-                _encode_missing(writer, teacher_spec, [texts[i] for i in missing], keys[missing],
-                                batch_size=batch_size, device=_resolve_device(device),
-                                commit_rows=commit_rows, progress=progress)
-    finally:
-        if created and not (path / INDEX_FILE).exists():  # failed before the first commit: leave nothing
-            shutil.rmtree(path, ignore_errors=True)
-    stats = EmbedStats(len(texts), len(missing), len(texts) - len(missing), time.perf_counter() - start)
-    logger.info("teacher embeddings: %d new, %d cached in %.1f s (%.0f new sentences/s)",
-                stats.n_new, stats.n_cached, stats.seconds, stats.sentences_per_second)
-    return stats
-
-
-def _encode_missing(writer: _SubstoreWriter, teacher_spec: str, texts: list[str], keys: np.ndarray, *,
-                    batch_size: int, device: str, commit_rows: int, progress: bool) -> None:
-    from xdistill.models import load_sentence_transformer
-
-    model = load_sentence_transformer(teacher_spec, device=device)
-    pending_rows: list[np.ndarray] = []
-    pending_embeddings: list[np.ndarray] = []
-    pending = 0
-
-    def commit() -> None:
-        nonlocal pending
-        rows = np.concatenate(pending_rows)
-        writer.append(keys[rows], np.concatenate(pending_embeddings))
-        pending_rows.clear()
-        pending_embeddings.clear()
-        pending = 0
-
-    for rows, embeddings in encode_length_sorted(model, texts, batch_size, progress=progress):
-        pending_rows.append(rows)
-        pending_embeddings.append(embeddings)
-        pending += len(rows)
-        if pending >= commit_rows:
-            commit()
-    if pending:
-        commit()
-
-
-# --------------------------------------------------------------------------------------------
-# The DVC stage
-# --------------------------------------------------------------------------------------------
-
-
-def build_teacher_store(parallel_files: Sequence[str | Path], store_dir: str | Path,
-                        params: Mapping[str, Any]) -> EmbedStats:
-    """The ``teacher_embed`` stage: embed every distinct source sentence of the parallel files.
-
-    ``params``: ``teacher`` (model spec, from ``models.teacher``) plus the ``teacher_embed``
-    section: ``batch_size``, ``device`` (null = cuda when present, else cpu), ``commit_rows``.
-    """
-    if not params.get("teacher"):
-        raise XdistillError("teacher_embed: no teacher model spec (params.yaml models.teacher)")
-    from xdistill.training.pairs import read_parallel_pairs
-
-    sentences: list[str] = []
-    for path in parallel_files:
-        sentences.extend(read_parallel_pairs(path).sources)
-        logger.info("read %s: %d source sentences so far", path, len(sentences))
-    return embed_into_store(
-        store_dir,
-        str(params["teacher"]),
-        sentences,
-        batch_size=int(params.get("batch_size", 128)),
-        device=params.get("device"),
-        commit_rows=int(params.get("commit_rows", 16384)),
-    )

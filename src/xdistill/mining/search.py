@@ -1,0 +1,73 @@
+"""Cross-model semantic search: query an index of one model's embeddings with another model.
+
+A distilled student lives in its teacher's vector space, so an English collection embedded once
+with the teacher (``xdistill encode english.txt --model <teacher> -o index.npy``) can be searched
+with queries in any language embedded by the student, and a student-built index with teacher
+queries. :func:`search_index` checks that both sides have the same dimension and returns the
+``k`` nearest corpus lines (cosine) of every query.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from xdistill.errors import InputFileError
+from xdistill.mining.knn import as_float32_matrix, knn_search
+from xdistill.mining.stream import LineFile
+
+
+@dataclass(frozen=True)
+class Hit:
+    query: int  # 0-based line of the query file
+    rank: int  # 1 = nearest
+    corpus: int  # 0-based line of the corpus file
+    score: float  # cosine similarity
+
+
+def load_index(path: str | Path) -> np.ndarray:
+    """A ``.npy`` matrix of L2-normalised corpus embeddings (what ``xdistill encode`` writes)."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputFileError(path, "index file not found (embed the corpus with `xdistill encode` first)")
+    try:
+        matrix = np.load(path, mmap_mode="r")
+    except ValueError as exc:
+        raise InputFileError(path, f"not a .npy embedding matrix: {exc}") from None
+    if matrix.ndim != 2 or matrix.shape[0] == 0:
+        raise InputFileError(path, f"expected a non-empty 2-D embedding matrix, got shape {matrix.shape}")
+    return matrix
+
+
+def search_index(queries: np.ndarray, corpus: np.ndarray, k: int, *, index_path: str | Path = "index",
+                 query_source: str = "queries") -> Iterator[Hit]:
+    """The ``k`` nearest corpus rows of each query row (both L2-normalised), best first."""
+    if queries.shape[1] != corpus.shape[1]:
+        raise InputFileError(index_path, f"the index holds {corpus.shape[1]}-d vectors but {query_source} embeds "
+                                         f"{queries.shape[1]}-d: query with a model that shares the index model's "
+                                         "space (the teacher and its distilled student do)")
+    scores, ids = knn_search(as_float32_matrix(queries, "queries"), as_float32_matrix(corpus, "index"), k)
+    for row in range(len(queries)):
+        for rank in range(ids.shape[1]):
+            yield Hit(row, rank + 1, int(ids[row, rank]), float(scores[row, rank]))
+
+
+def write_hits(hits: list[Hit], queries: list[str], corpus: LineFile | None, output: Path) -> int:
+    """``query_line<TAB>rank<TAB>corpus_line<TAB>score<TAB>query<TAB>corpus_text`` (1-based lines); returns rows.
+
+    ``corpus_text`` is read from the corpus text file when one is given (else left empty).
+    """
+    from xdistill.io import atomic_path
+
+    texts = corpus.lines(np.array([hit.corpus for hit in hits], dtype=np.int64)) if corpus and hits else None
+    with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\", lineterminator="\n")
+        writer.writerow(["query_line", "rank", "corpus_line", "score", "query", "corpus_text"])
+        for number, hit in enumerate(hits):
+            writer.writerow([hit.query + 1, hit.rank, hit.corpus + 1, f"{hit.score:.4f}", queries[hit.query],
+                             texts[number] if texts else ""])
+    return len(hits)

@@ -1,0 +1,89 @@
+"""Pre-tokenised texts on their way through the student: token ids, padded features, embeddings.
+
+The trainer tokenises every text once up front (:func:`xdistill.training.pairs.tokenize_texts`)
+and works on token-id lists from then on; this module turns them into the student's input
+features and embeddings, in length order so padding stays small.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from xdistill.training.pairs import ParallelPairs, pad_batch, tokenize_texts
+
+
+@dataclass
+class TokenizedPairs:
+    """Token ids of both sides, the teacher vectors of the sources, and each pair's language."""
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+    teacher: torch.Tensor  # float32 [n, teacher_dim]
+    langs: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.fromiter((max(len(a), len(b)) for a, b in zip(self.src, self.tgt, strict=True)), dtype=np.int64)
+
+
+def tokenize_pairs(pairs: ParallelPairs, student, prompt: str, max_length: int, store) -> TokenizedPairs:
+    """Tokenise both sides (``prompt + text``, truncated to ``max_length``) and look the teacher vectors up."""
+    tokenizer = student.tokenizer
+    teacher = torch.from_numpy(np.asarray(store.lookup(pairs.sources), dtype=np.float32))
+    return TokenizedPairs(
+        tokenize_texts(tokenizer, pairs.sources, max_length, prompt),
+        tokenize_texts(tokenizer, pairs.translations, max_length, prompt),
+        teacher,
+        list(pairs.langs),
+    )
+
+
+class Featurizer:
+    """Pads token-id lists into the student's input features on the training device."""
+
+    def __init__(self, student, device: torch.device) -> None:
+        tokenizer = student.tokenizer
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.with_token_types = "token_type_ids" in getattr(tokenizer, "model_input_names", [])
+        self.device = device
+
+    def __call__(self, token_ids: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
+        features = pad_batch(token_ids, self.pad_id, self.with_token_types)
+        return {k: v.to(self.device, non_blocking=True) for k, v in features.items()}
+
+
+def autocast_context(device: torch.device):
+    """bf16 autocast on GPU; plain fp32 on CPU (CPU bf16 is slower on most hosts)."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def encode_token_ids(student, featurize: Featurizer, token_ids: Sequence[Sequence[int]], batch_size: int) -> torch.Tensor:
+    """Student embeddings (float32, CPU) of pre-tokenised texts, batched in length order."""
+    order = np.argsort([-len(ids) for ids in token_ids], kind="stable")
+    out: torch.Tensor | None = None
+    was_training = student.training
+    student.eval()
+    try:
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            with autocast_context(featurize.device):
+                emb = student(featurize([token_ids[i] for i in batch]))["sentence_embedding"].float().cpu()
+            if out is None:
+                out = torch.empty((len(order), emb.shape[1]), dtype=torch.float32)
+            out[torch.as_tensor(batch)] = emb
+    finally:
+        student.train(was_training)
+    if out is None:
+        raise ValueError("no texts to encode")
+    return out

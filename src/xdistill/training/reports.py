@@ -1,0 +1,48 @@
+"""The training run's reports: the metrics JSON, the history CSV and the curves PNG."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from xdistill.io import atomic_path, write_json_atomic
+
+
+def write_reports(state: Any, params: Any, outputs: Any, resumed_from: int | None,
+                  interpolation: dict[str, Any] | None) -> None:
+    """``outputs.metrics`` (summary JSON), ``outputs.history_csv`` and ``outputs.plot`` of a finished run."""
+    summary = {
+        "steps": state.step,
+        "best_step": state.best_step,
+        "stopped_early": state.stopped_early,
+        "resumed_from_step": resumed_from,
+        "selection_metric": params.selection_metric,
+        "pairs_per_second": round(state.pairs_seen / max(state.train_seconds, 1e-9), 3),
+        "train_seconds": round(state.train_seconds, 2),
+        "initial": state.initial_metrics,
+        "best": state.best_metrics,
+        "last": state.last_metrics,
+        # the exported student: the best checkpoint, or the interpolation chosen on dev data
+        "exported": interpolation["selected"] if interpolation else state.best_metrics or state.last_metrics,
+        "interpolation": interpolation,
+    }
+    if outputs.metrics is not None:
+        write_json_atomic(outputs.metrics, summary)
+    if outputs.history_csv is not None:
+        write_history_csv(state.history, outputs.history_csv)
+    if outputs.plot is not None:
+        from xdistill.training.curves import plot_training_curves
+
+        plot_training_curves(state.history, outputs.plot, best_step=state.best_step)
+
+
+def write_history_csv(history: list[dict[str, Any]], path: Path) -> None:
+    """One row per log/eval event; columns are the union of every event's keys."""
+    columns: list[str] = []
+    for row in history:
+        columns.extend(k for k in row if k not in columns)
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(history)

@@ -1,0 +1,122 @@
+"""What a training run is told: the ``train`` and ``runtime`` params sections and where it writes.
+
+:class:`TrainParams` is the ``train`` section (params.yaml documents every key); it shapes the
+result, so the ``train`` stage lists it as a DVC parameter. :class:`RuntimeSettings` is the
+``runtime`` section, how a run executes without changing what it produces (threads, progress
+interval), so no stage depends on it. :class:`OutputPaths` are the stage's outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xdistill.config import SECTION_CONFIG, parse_section
+from xdistill.errors import XdistillError
+from xdistill.training.validation import SELECTION_METRICS, DevScoreWeights
+
+
+@dataclass
+class TrainParams:
+    """The ``train`` section of params.yaml (see the comments there)."""
+
+    seed: int = 42
+    steps: int = 200
+    batch_size: int = 32
+    grad_accumulation: int = 1
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    max_seq_length: int = 64
+    eval_every: int = 50
+    checkpoint_every: int = 50
+    early_stopping_patience: int | None = 3
+    selection_metric: str = "dev_score"
+    dev_score_weights: dict[str, float] = field(default_factory=dict)
+    interpolation: list[float] | None = None
+    interpolation_from: str = "start"  # "start": the student as training started; "base": the untrained base
+    collapse_threshold: float = 0.95
+    train_max_pairs: int | None = None
+    dev_max_pairs: int | None = 500
+    dev_sts_max_pairs: int | None = 300
+    eval_batch_size: int = 128
+    align_pairs: int = 4096  # pairs used to fit the head (student.align_to_teacher)
+    student: dict[str, Any] = field(default_factory=dict)
+    loss: dict[str, Any] = field(default_factory=lambda: {"mse": 1.0})
+
+    __pydantic_config__ = SECTION_CONFIG
+
+    @classmethod
+    def from_params(cls, section: dict[str, Any] | None) -> TrainParams:
+        moved = sorted(set(section or {}) & {"threads", "log_every"})
+        if moved:
+            raise XdistillError(f"params train: {', '.join(moved)} moved to the runtime section (how a run executes, "
+                                "not what it produces, so no stage depends on it)")
+        return parse_section(cls, section, "train")
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1 or self.grad_accumulation < 1:
+            raise XdistillError("params train: steps, batch_size and grad_accumulation must be >= 1")
+        if self.batch_size % self.grad_accumulation:
+            raise XdistillError(
+                f"params train: batch_size {self.batch_size} is not a multiple of grad_accumulation "
+                f"{self.grad_accumulation}"
+            )
+        if self.selection_metric not in SELECTION_METRICS:
+            raise XdistillError(f"params train.selection_metric must be one of {sorted(SELECTION_METRICS)}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise XdistillError("params train.warmup_ratio must be in [0, 1)")
+        if self.eval_every < 1 or self.checkpoint_every < 1:
+            raise XdistillError("params train: eval_every and checkpoint_every must be >= 1")
+        DevScoreWeights.from_params(self.dev_score_weights)
+        if self.interpolation is not None:
+            from xdistill.training.interpolation import check_alphas
+
+            check_alphas(self.interpolation)
+        if self.interpolation_from not in ("start", "base"):
+            raise XdistillError(f"params train.interpolation_from must be start or base, got {self.interpolation_from!r}")
+
+    @property
+    def micro_batch(self) -> int:
+        """Pairs per forward pass, summed over all processes."""
+        return self.batch_size // self.grad_accumulation
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """How a run executes without changing its result (params.yaml ``runtime``, not a DVC param)."""
+
+    __pydantic_config__ = SECTION_CONFIG
+
+    threads: int | None = None  # torch CPU threads (None: torch's default)
+    log_every: int = 10  # progress line every N steps
+
+    @classmethod
+    def from_params(cls, section: dict[str, Any] | None) -> RuntimeSettings:
+        return parse_section(cls, section, "runtime")
+
+    def __post_init__(self) -> None:
+        if self.log_every < 1 or (self.threads is not None and self.threads < 1):
+            raise XdistillError(f"params runtime: log_every and threads must be >= 1, got {self}")
+
+
+@dataclass
+class OutputPaths:
+    """Where the stage writes (defaults are the DVC outputs)."""
+
+    model_dir: Path = Path("models/student")
+    checkpoint_dir: Path = Path("data/checkpoints")
+    metrics: Path | None = Path("metrics/train.json")
+    history_csv: Path | None = Path("reports/train_history.csv")
+    plot: Path | None = Path("plots/train_curves.png")
+    # the student as training started (base encoder + fitted head): interpolation's a = 0 and the
+    # "untrained, in the teacher's space" reference of the evaluation; None = not written
+    start_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("model_dir", "checkpoint_dir", "metrics", "history_csv", "plot", "start_dir"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, Path(value))

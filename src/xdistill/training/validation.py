@@ -1,0 +1,216 @@
+"""What the trainer measures on held-out data to pick checkpoints and the interpolation weight.
+
+Only development data is used here, never an evaluation set:
+
+- the held-out parallel pairs (``data/parallel/dev.tsv.gz``): MSE to the teacher, translation
+  retrieval between the student's embeddings of both sides, and *teacher-space retrieval*, the
+  teacher's vector of the English source against the student's vector of the translation, both
+  directions (what a user relies on when querying an index the teacher built);
+- the stsb-multi-mt **dev** split (the evaluation reads its test split) for the languages that
+  have it: English, each language on its own and each language against English.
+
+``dev_score``, the default selection metric, is the weighted mean of three numbers in points:
+STS (the mean of the monolingual and the cross-lingual averages, Spearman x 100), retrieval
+accuracy (%) and teacher-space retrieval accuracy (%). It covers what users need from the model
+(similarity, retrieval, a shared space with the teacher) so no single one is traded away
+unseen. Weights are ``train.dev_score_weights``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from xdistill.config import SECTION_CONFIG, parse_section
+from xdistill.errors import XdistillError
+from xdistill.evaluation.metrics import mean_or_nan, paired_cosine, spearman_x100
+from xdistill.training.batches import Featurizer, TokenizedPairs, encode_token_ids
+from xdistill.training.pairs import tokenize_texts
+
+# selection metric -> "max" or "min"
+SELECTION_METRICS = {"dev_score": "max", "dev_mse_x100": "min", "dev_accuracy": "max", "dev_sts": "max"}
+
+
+@dataclass(frozen=True)
+class DevScoreWeights:
+    """``train.dev_score_weights``: how much each part counts in ``dev_score`` (0 = left out)."""
+
+    __pydantic_config__ = SECTION_CONFIG
+
+    sts: float = 1.0
+    accuracy: float = 1.0
+    teacher_accuracy: float = 1.0
+
+    def __post_init__(self) -> None:
+        if min(asdict(self).values()) < 0 or not any(asdict(self).values()):
+            raise XdistillError(f"params train.dev_score_weights: weights must be >= 0, one of them > 0; got {asdict(self)}")
+
+    @classmethod
+    def from_params(cls, section: Mapping[str, Any] | None) -> DevScoreWeights:
+        return parse_section(cls, section, "train.dev_score_weights")
+
+    def combine(self, parts: Mapping[str, float]) -> float:
+        """Weighted mean of the finite parts (a part that cannot be measured drops out)."""
+        pairs = [(w, parts[name]) for name, w in asdict(self).items() if w > 0 and np.isfinite(parts.get(name, np.nan))]
+        if not pairs:
+            return float("nan")
+        return float(sum(w * v for w, v in pairs) / sum(w for w, _ in pairs))
+
+
+@dataclass
+class TokenizedSTS:
+    """One STS dev set, tokenised: pairs of token-id lists and their gold scores."""
+
+    name: str
+    first: list[list[int]]
+    second: list[list[int]]
+    gold: np.ndarray
+
+    @property
+    def monolingual(self) -> bool:
+        left, _, right = self.name.partition("-")
+        return left == right
+
+
+def load_sts_dev(stsb_dir: str | Path | None, languages: Sequence[str], tokenizer, prompt: str,
+                 max_length: int, max_pairs: int | None) -> list[TokenizedSTS]:
+    """The stsb-multi-mt dev sets of ``languages`` (and English), tokenised; [] when off or absent."""
+    from xdistill.evaluation.sts import build_stsb_sets
+
+    if stsb_dir is None or max_pairs == 0 or not Path(stsb_dir).is_dir():
+        return []
+    monolingual, crosslingual = build_stsb_sets(stsb_dir, sorted(set(languages)), max_pairs, split="dev")
+    return [
+        TokenizedSTS(s.name, tokenize_texts(tokenizer, s.sentences1, max_length, prompt),
+                     tokenize_texts(tokenizer, s.sentences2, max_length, prompt), np.asarray(s.gold))
+        for s in monolingual + crosslingual
+    ]
+
+
+@dataclass
+class ValidationData:
+    """Everything :func:`validate` measures on."""
+
+    pairs: TokenizedPairs
+    sts: list[TokenizedSTS]
+
+
+class _UniqueTexts:
+    """Embeds each distinct token-id list once per validation (STS sets share many sentences)."""
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[int, ...], int] = {}
+        self.ids: list[list[int]] = []
+
+    def add(self, token_ids: Sequence[Sequence[int]]) -> np.ndarray:
+        rows = []
+        for ids in token_ids:
+            key = tuple(ids)
+            if key not in self.index:
+                self.index[key] = len(self.ids)
+                self.ids.append(list(ids))
+            rows.append(self.index[key])
+        return np.asarray(rows, dtype=np.int64)
+
+
+def validate(student, objective: torch.nn.Module, featurize: Featurizer, data: ValidationData, batch_size: int,
+             weights: DevScoreWeights) -> dict[str, float]:
+    """Every dev metric of the student as it is now (see the module docstring); all in points but MSE and cosine."""
+    from xdistill.mining.knn import retrieval_accuracy
+
+    texts = _UniqueTexts()
+    src_rows, tgt_rows = texts.add(data.pairs.src), texts.add(data.pairs.tgt)
+    sts_rows = [(texts.add(s.first), texts.add(s.second)) for s in data.sts]
+    embeddings = encode_token_ids(student, featurize, texts.ids, batch_size)
+    src, tgt = embeddings[torch.as_tensor(src_rows)], embeddings[torch.as_tensor(tgt_rows)]
+    teacher = data.pairs.teacher
+
+    metrics: dict[str, float] = {}
+    src_t, tgt_t = _in_teacher_space(src, objective, teacher.shape[1]), _in_teacher_space(tgt, objective, teacher.shape[1])
+    if src_t is not None:
+        metrics["dev_mse_x100_src"] = 100 * float(torch.mean((src_t - teacher) ** 2))
+        metrics["dev_mse_x100_tgt"] = 100 * float(torch.mean((tgt_t - teacher) ** 2))
+        metrics["dev_mse_x100"] = (metrics["dev_mse_x100_src"] + metrics["dev_mse_x100_tgt"]) / 2
+    else:
+        metrics["dev_mse_x100"] = float("nan")
+    src2tgt, tgt2src = retrieval_accuracy(src.numpy(), tgt.numpy())
+    metrics.update(dev_accuracy_src2tgt=100 * src2tgt, dev_accuracy_tgt2src=100 * tgt2src,
+                   dev_accuracy=50 * (src2tgt + tgt2src))
+    if src.shape[1] == teacher.shape[1]:
+        # only a student whose exported embeddings live in the teacher's space can share its index
+        en2xx, xx2en = retrieval_accuracy(teacher.numpy(), tgt.numpy())
+        metrics.update(dev_teacher_accuracy_en2xx=100 * en2xx, dev_teacher_accuracy_xx2en=100 * xx2en,
+                       dev_teacher_accuracy=50 * (en2xx + xx2en))
+    else:
+        metrics["dev_teacher_accuracy"] = float("nan")
+    metrics["dev_mean_pairwise_cosine"] = mean_pairwise_cosine(torch.cat([src, tgt]))
+    metrics.update(_sts_scores(data.sts, sts_rows, embeddings.numpy()))
+    metrics["dev_score"] = weights.combine({"sts": metrics["dev_sts"], "accuracy": metrics["dev_accuracy"],
+                                            "teacher_accuracy": metrics["dev_teacher_accuracy"]})
+    return metrics
+
+
+def _in_teacher_space(embeddings: torch.Tensor, objective: torch.nn.Module, teacher_dim: int) -> torch.Tensor | None:
+    """The embeddings as the teacher-space losses see them (through the feature-distillation projection)."""
+    if embeddings.shape[1] == teacher_dim:
+        return embeddings
+    projection = getattr(objective, "projection", None)
+    if projection is None:
+        return None
+    with torch.no_grad():
+        device = next(projection.parameters()).device
+        return projection(embeddings.to(device)).float().cpu()
+
+
+def _sts_scores(sets: list[TokenizedSTS], rows: list[tuple[np.ndarray, np.ndarray]],
+                embeddings: np.ndarray) -> dict[str, float]:
+    scores = {f"dev_sts_{s.name}": spearman_x100(paired_cosine(embeddings[a], embeddings[b]), s.gold)
+              for s, (a, b) in zip(sets, rows, strict=True)}
+    mono = mean_or_nan([scores[f"dev_sts_{s.name}"] for s in sets if s.monolingual])
+    cross = mean_or_nan([scores[f"dev_sts_{s.name}"] for s in sets if not s.monolingual])
+    return {**scores, "dev_sts_monolingual": mono, "dev_sts_crosslingual": cross, "dev_sts": mean_or_nan([mono, cross])}
+
+
+def mean_pairwise_cosine(embeddings: torch.Tensor) -> float:
+    """Mean cosine similarity over all distinct pairs of rows (1.0 = every row identical)."""
+    n = embeddings.shape[0]
+    if n < 2:
+        return 0.0
+    unit = torch.nn.functional.normalize(embeddings.double(), dim=1)
+    total = unit.sum(dim=0)
+    return float((total @ total - n) / (n * (n - 1)))
+
+
+def is_better(metric: str, value: float, best: float | None) -> bool:
+    """Whether ``value`` of selection ``metric`` beats ``best`` (NaN never does; anything beats None)."""
+    if not np.isfinite(value):
+        return False
+    if best is None or not np.isfinite(best):
+        return True
+    return value < best if SELECTION_METRICS[metric] == "min" else value > best
+
+
+class TrainingCollapsedError(XdistillError):
+    """Dev embeddings collapsed towards one direction: ``mean_cosine`` > ``threshold`` at ``step``."""
+
+    def __init__(self, message: str, *, step: int, mean_cosine: float, threshold: float) -> None:
+        super().__init__(message)
+        self.step, self.mean_cosine, self.threshold = step, mean_cosine, threshold
+
+
+def check_collapse(metrics: Mapping[str, float], threshold: float, step: int) -> None:
+    """Fail loud when dev embeddings have collapsed towards one direction."""
+    value = metrics["dev_mean_pairwise_cosine"]
+    if value > threshold:
+        raise TrainingCollapsedError(
+            f"training collapsed at step {step}: mean pairwise cosine of dev embeddings is {value:.4f} "
+            f"> train.collapse_threshold {threshold} (all sentences map to nearly the same vector; "
+            "lower train.learning_rate, check the loss weights, or raise the threshold if the base model "
+            "is this anisotropic from the start)",
+            step=step, mean_cosine=float(value), threshold=threshold,
+        )

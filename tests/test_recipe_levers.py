@@ -1,0 +1,195 @@
+"""Each lever of the distillation recipe does what it says, on a real (one-layer) model:
+the least-squares head fit, frozen lower layers, LoRA adapters, weight-space interpolation
+(WiSE-FT), and the exported student's input length."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sentence_transformers import SentenceTransformer
+
+from tests.trainer_helpers import (
+    build_store,
+    load_weights,
+    minilm_folder,
+    stsb_dir,
+    tiny_train_params,
+    write_parallel_files,
+)
+from xdistill.errors import XdistillError
+from xdistill.training.settings import OutputPaths
+from xdistill.training.trainer import train_student
+
+PROBE = ["Der Zug fährt um zwölf Uhr ab.", "The train leaves at noon.", "Ich lese ein Buch im Garten."]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("levers")
+    train, dev = write_parallel_files(root / "data")
+    return {"root": root, "train": train, "dev": dev, "store": build_store(root, [train, dev]),
+            "student": Path(minilm_folder())}
+
+
+def _train(setup: dict[str, Path], folder: Path, **overrides):
+    outputs = OutputPaths(folder / "student", folder / "ckpt", folder / "train.json", None, None)
+    result = train_student(setup["train"], setup["dev"], setup["store"], str(setup["student"]),
+                           tiny_train_params(**overrides), outputs, device="cpu", dev_sts_dir=stsb_dir())
+    return result, SentenceTransformer(str(folder / "student"), device="cpu")
+
+
+def _encode(model: SentenceTransformer) -> np.ndarray:
+    return model.encode(PROBE, convert_to_numpy=True, normalize_embeddings=True)
+
+
+def test_least_squares_head_fits_what_an_orthogonal_map_cannot(setup: dict[str, Path]) -> None:
+    """A teacher that is an affine, non-orthogonal function of the student's pooled embeddings (with
+    a common offset, as mE5's space has): the least-squares head hits it, Procrustes cannot."""
+    from xdistill.training.alignment import align_head_to_teacher, modules_bypassed
+    from xdistill.training.batches import Featurizer, TokenizedPairs, encode_token_ids
+    from xdistill.training.student import StudentConfig, build_student
+
+    texts = [line for pair in _pairs(setup["train"]) for line in pair]
+    mse = {}
+    for fit in ("procrustes", "least_squares"):
+        student = build_student(StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0,
+                                              align_to_teacher=True, head_fit=fit), seed=1, teacher_dim=384)
+        featurize = Featurizer(student, torch.device("cpu"))
+        ids = [student.tokenizer(t)["input_ids"] for t in texts]
+        with modules_bypassed(student, "Dense", "Normalize"):
+            pooled = encode_token_ids(student, featurize, ids, 16).double()
+        generator = torch.Generator().manual_seed(0)
+        mixing = torch.randn(384, 384, generator=generator, dtype=torch.float64) / 20
+        teacher = torch.nn.functional.normalize(pooled @ mixing + 0.05 * torch.ones(384, dtype=torch.float64), dim=-1)
+        half = len(ids) // 2
+        # both sides the same texts: the fit sees each text with its own synthetic teacher vector
+        pairs = TokenizedPairs(ids[:half], ids[:half], teacher[:half].float())
+        mse[fit] = align_head_to_teacher(student, torch.nn.Module(), featurize, pairs, n_pairs=half, batch_size=16,
+                                         method=fit)
+    assert mse["least_squares"] < 0.05 * mse["procrustes"], mse
+
+
+def _pairs(path: Path) -> list[tuple[str, str]]:
+    import gzip
+
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        next(handle)
+        return [tuple(line.split("\t")[:2]) for line in handle]
+
+
+def test_ridge_map_recovers_an_affine_teacher_exactly() -> None:
+    from xdistill.training.alignment import ridge_map
+
+    generator = torch.Generator().manual_seed(0)
+    source = torch.randn(500, 12, generator=generator, dtype=torch.float64)
+    weight = torch.randn(12, 20, generator=generator, dtype=torch.float64)
+    bias = torch.randn(20, generator=generator, dtype=torch.float64)
+    fitted_w, fitted_b = ridge_map(source, source @ weight + bias, ridge=0.0)
+    torch.testing.assert_close(fitted_w, weight)
+    torch.testing.assert_close(fitted_b, bias)
+    # cross-validated strength: noise-free data picks the weakest shrinkage and still recovers the map
+    fitted_w, fitted_b = ridge_map(source, source @ weight + bias)
+    torch.testing.assert_close(fitted_w, weight, atol=1e-2, rtol=1e-2)
+
+
+def test_frozen_lower_layers_keep_their_weights(setup: dict[str, Path], tmp_path: Path) -> None:
+    _, model = _train(setup, tmp_path, steps=4, learning_rate=1e-3,
+                      student={"keep_layers": 2, "dropout": 0.0, "freeze_layers": 1})
+    trained = load_weights(tmp_path / "student")
+    base = {name.split(":", 1)[1]: tensor for name, tensor in load_weights(setup["student"]).items()}
+    layer0 = [n for n in trained if ".layer.0." in n]
+    layer1 = [n for n in trained if ".layer.1." in n]
+    embeddings = [n for n in trained if "embeddings." in n]
+    assert layer0 and layer1 and embeddings
+    for name in layer0 + embeddings:
+        assert torch.equal(trained[name], base[name.split(":", 1)[1]]), f"{name} changed although frozen"
+    assert any(not torch.equal(trained[n], base[n.split(":", 1)[1]]) for n in layer1), "layer 1 did not train"
+
+
+def test_lora_adapters_train_and_are_merged_into_a_plain_export(setup: dict[str, Path], tmp_path: Path) -> None:
+    result, model = _train(setup, tmp_path, steps=4, learning_rate=5e-3,
+                           student={"keep_layers": 1, "dropout": 0.0, "lora": {"rank": 4, "alpha": 8}})
+    weights = load_weights(tmp_path / "student")
+    assert not any("lora" in name for name in weights), "adapters must be merged before export"
+    base = SentenceTransformer(str(setup["student"]), device="cpu")
+    from xdistill.training.student import keep_first_layers
+
+    keep_first_layers(base, 1)
+    assert not np.allclose(_encode(model), _encode(base), atol=1e-4), "LoRA changed nothing"
+    assert result.best["dev_mse_x100"] < result.initial["dev_mse_x100"]
+
+
+def test_lora_settings_are_checked() -> None:
+    from xdistill.training.student import StudentConfig
+
+    with pytest.raises(XdistillError, match="lora: unknown keys"):
+        StudentConfig.from_params("x", {"lora": {"rnk": 4}}, 32)
+    with pytest.raises(XdistillError, match="head_fit must be one of"):
+        StudentConfig.from_params("x", {"head_fit": "pca"}, 32)
+
+
+def test_interpolation_ends_reproduce_the_start_and_the_trained_student(setup: dict[str, Path], tmp_path: Path) -> None:
+    common = {"steps": 6, "eval_every": 6, "learning_rate": 2e-3,
+              "student": {"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "least_squares"}}
+    ends = {}
+    for alpha in (0.0, 1.0):
+        result, model = _train(setup, tmp_path / f"only-{alpha:g}", interpolation=[alpha], **common)
+        assert result.interpolation["alpha"] == alpha
+        ends[alpha] = _encode(model)
+    _, plain = _train(setup, tmp_path / "plain", **common)
+    _, start = _train(setup, tmp_path / "start", **{**common, "steps": 1, "learning_rate": 0.0})
+    np.testing.assert_allclose(ends[1.0], _encode(plain), atol=1e-5)  # a = 1: the trained student
+    np.testing.assert_allclose(ends[0.0], _encode(start), atol=1e-5)  # a = 0: the student as training started
+    assert not np.allclose(ends[0.0], ends[1.0], atol=1e-3)
+
+    result, model = _train(setup, tmp_path / "sweep", interpolation=[0.0, 0.5, 1.0], **common)
+    report = json.loads((tmp_path / "sweep" / "train.json").read_text())
+    assert set(report["interpolation"]["by_alpha"]) == {"0", "0.5", "1"}
+    chosen = result.interpolation["alpha"]
+    scores = {float(a): m["dev_score"] for a, m in report["interpolation"]["by_alpha"].items()}
+    assert scores[chosen] == max(scores.values())
+    assert report["exported"] == report["interpolation"]["by_alpha"][f"{chosen:g}"]
+
+
+def test_interpolation_from_the_base_starts_at_the_base_itself(setup: dict[str, Path], tmp_path: Path) -> None:
+    """interpolation_from: base -> a = 0 is the untrained base (its weights, an identity head): same embeddings."""
+    from xdistill.training.student import keep_first_layers
+
+    common = {"steps": 4, "eval_every": 4, "learning_rate": 2e-3,
+              "student": {"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "least_squares"}}
+    result, model = _train(setup, tmp_path / "base0", interpolation=[0.0], interpolation_from="base", **common)
+    assert result.interpolation["from"] == "base" and result.interpolation["alpha"] == 0.0
+    base = SentenceTransformer(str(setup["student"]), device="cpu")
+    keep_first_layers(base, 1)
+    np.testing.assert_allclose(_encode(model), _encode(base), atol=1e-5)
+    # the untrained base is not in the teacher's space; the trained end is
+    _, trained = _train(setup, tmp_path / "base1", interpolation=[1.0], interpolation_from="base", **common)
+    assert not np.allclose(_encode(trained), _encode(base), atol=1e-3)
+
+
+def test_interpolate_states_is_linear() -> None:
+    from xdistill.training.interpolation import interpolate_states
+
+    start = {"w": torch.zeros(3), "steps": torch.tensor([1])}
+    end = {"w": torch.tensor([2.0, 4.0, 6.0]), "steps": torch.tensor([5])}
+    mixed = interpolate_states(start, end, 0.25)
+    torch.testing.assert_close(mixed["w"], torch.tensor([0.5, 1.0, 1.5]))
+    assert mixed["steps"].item() == 5
+    with pytest.raises(XdistillError, match="different weights"):
+        interpolate_states({"a": torch.zeros(1)}, end, 0.5)
+
+
+def test_exported_student_embeds_whole_inputs(setup: dict[str, Path], tmp_path: Path) -> None:
+    """Training truncates at train.max_seq_length; the exported model keeps the base model's limit."""
+    base_limit = SentenceTransformer(str(setup["student"]), device="cpu").max_seq_length
+    _, model = _train(setup, tmp_path, steps=1, eval_every=1, max_seq_length=16)
+    assert model.max_seq_length == base_limit > 16
+    config = json.loads((tmp_path / "student" / "tokenizer_config.json").read_text())
+    assert config.get("model_max_length", base_limit) >= base_limit
+    long_text = " ".join(["word"] * 100)
+    short = model.encode([" ".join(["word"] * 14)])
+    assert not np.allclose(model.encode([long_text]), short, atol=1e-4)

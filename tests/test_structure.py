@@ -1,0 +1,124 @@
+"""The code's structure, read from the source: no import cycles, and every DVC stage depends on
+exactly the code it runs (a change anywhere in that code re-runs the stage, and nothing else does)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+from import_graph import ImportGraph
+
+from xdistill.cli.main import COMMANDS
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SRC = REPO_ROOT / "src"
+
+
+@pytest.fixture(scope="module")
+def graph() -> ImportGraph:
+    return ImportGraph(SRC)
+
+
+def test_no_import_cycles(graph: ImportGraph) -> None:
+    assert graph.cycles() == []
+
+
+def _stage_module(cmd: str) -> str:
+    """``xdistill evaluate --baselines`` -> ``xdistill.cli.evaluate`` (the stage's CLI module)."""
+    words = cmd.split()
+    assert words[0] == "xdistill", f"stage command {cmd!r} does not run the xdistill CLI"
+    return f"xdistill.cli.{COMMANDS[words[1]][0]}"
+
+
+def _relative(path: Path) -> str:
+    return path.relative_to(REPO_ROOT).as_posix()
+
+
+def _code_files(graph: ImportGraph, modules: set[str]) -> set[str]:
+    """The files of ``modules`` that hold code (a docstring-only ``__init__`` changes nothing)."""
+    return {_relative(graph.files[m]) for m in modules if graph.has_code(m)}
+
+
+def _listed_code(graph: ImportGraph, deps: list[str]) -> tuple[set[str], set[str]]:
+    """(code files the ``deps`` under src/ cover, data files they name), folders expanded."""
+    code = {_relative(path) for path in graph.files.values()}
+    covered, data = set(), set()
+    for dep in deps:
+        if not dep.startswith("src/"):
+            continue
+        path = REPO_ROOT / dep
+        assert path.exists(), f"dvc.yaml lists {dep}, which does not exist"
+        if path.is_dir():
+            covered |= {c for c in code if c.startswith(dep.rstrip("/") + "/")}
+        elif dep in code:
+            covered.add(dep)
+        else:
+            data.add(dep)
+    return covered, data
+
+
+def _stages() -> list[tuple[str, dict]]:
+    pipeline = yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))
+    return sorted(pipeline["stages"].items())
+
+
+@pytest.mark.parametrize(("name", "stage"), _stages(), ids=[name for name, _ in _stages()])
+def test_stage_deps_are_exactly_the_code_it_imports(graph: ImportGraph, name: str, stage: dict) -> None:
+    # the dispatcher (xdistill.cli.main) only routes to the stage's module: not a dependency
+    closure = graph.closure(_stage_module(stage["cmd"]))
+    needed = _code_files(graph, closure)
+    deps = [next(iter(d)) if isinstance(d, dict) else d for d in stage.get("deps", [])]
+    covered, data_files = _listed_code(graph, deps)
+    covered = {c for c in covered if graph.has_code(_module_of(graph, c))}
+    missing, unused = sorted(needed - covered), sorted(covered - needed)
+    assert not missing, f"stage {name}: imports code dvc.yaml does not list: {missing}"
+    assert not unused, f"stage {name}: dvc.yaml lists code the stage does not import: {unused}"
+    # a data file under src/ is a dependency only when the stage's code reads it (names it)
+    sources = "".join(graph.files[m].read_text(encoding="utf-8") for m in closure)
+    unread = [f for f in data_files if Path(f).name not in sources]
+    assert unread == [], f"stage {name}: dvc.yaml lists data files its code never names"
+
+
+def _module_of(graph: ImportGraph, relative: str) -> str:
+    return next(m for m, path in graph.files.items() if _relative(path) == relative)
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _declared_distributions() -> set[str]:
+    """Every distribution pyproject.toml declares (dependencies and extras) or the Makefile installs with --no-deps."""
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    requirements = [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]
+    makefile = (REPO_ROOT / "Makefile").read_text(encoding="utf-8")
+    no_deps = re.search(r"NO_DEPS_PACKAGES :=(.*?)\n\n", makefile, re.S).group(1)
+    requirements += re.findall(r"([A-Za-z0-9_.-]+)==", no_deps)
+    return {_normalise(re.match(r"[A-Za-z0-9_.-]+", r).group(0)) for r in requirements}
+
+
+def test_every_third_party_import_is_declared() -> None:
+    import importlib.metadata
+
+    local = {path.stem for folder in ("tests", "bench", "flows", "scripts") for path in (REPO_ROOT / folder).glob("*.py")}
+    local |= {"xdistill", "tests", "bench", "flows", "__future__"}
+    imported: dict[str, set[str]] = {}
+    for folder in ("src", "flows", "bench", "tests", "scripts"):
+        for path in (REPO_ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                    [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else [])
+                for name in names:
+                    top = name.split(".")[0]
+                    if top not in sys.stdlib_module_names and top not in local:
+                        imported.setdefault(top, set()).add(_relative(path))
+    distributions = importlib.metadata.packages_distributions()
+    declared = _declared_distributions()
+    undeclared = {module: sorted(files)[:3] for module, files in imported.items()
+                  if not {_normalise(d) for d in distributions.get(module, [module])} & declared}
+    assert undeclared == {}, f"imported but not declared in pyproject.toml: {undeclared}"
