@@ -13,6 +13,7 @@ stopped before the server (a worker whose server vanished hangs on SIGTERM).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -24,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+import psutil
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 POOLS = {"cpu": "default", "gpu": "gpu"}  # work pool -> the queue its deployments use
@@ -174,17 +177,31 @@ class MlflowUi:
 
 
 def stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group started with ``proc``, SIGKILL it if it lingers."""
+    """SIGTERM the process started with ``proc``, its process group and every descendant, SIGKILL what lingers.
+
+    The descendants are looked up first because they need not be in the group: a Prefect process
+    worker starts each flow run in a session of its own, and the distill flow starts `dvc exp run`
+    in another; stopping only the worker's group left them training on.
+    """
     if proc.poll() is not None:
         return
     try:
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        family = []
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+    for member in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.terminate()
+    _, lingering = psutil.wait_procs(family, timeout=STOP_TIMEOUT_S)
+    for member in lingering:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.kill()
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=STOP_TIMEOUT_S)
-    except ProcessLookupError:
-        pass
+    psutil.wait_procs(lingering, timeout=STOP_TIMEOUT_S)
+    proc.wait(timeout=STOP_TIMEOUT_S)
 
 
 def free_port() -> int:

@@ -7,8 +7,10 @@ is tests/test_ui_browser.py; the sweep below runs the distill flow twice on a tw
 from __future__ import annotations
 
 import io
+import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -141,6 +143,30 @@ def test_dvc_exp_run_output_is_read_stage_by_stage(tmp_path: Path) -> None:
 
 
 # --- the sweep: the distill flow run twice on a two-stage project -------------------------------
+
+
+def test_stopping_a_worker_stops_its_flow_runs_in_their_own_sessions(tmp_path: Path) -> None:
+    """A process worker starts each flow run in a session of its own (and the flow `dvc exp run` in
+    another): stopping the worker's process group alone left them running."""
+    import psutil
+    from local_stack import _start, stop_group
+
+    pid_file = tmp_path / "grandchild.pid"
+    spawn_detached = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True); "
+        f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(600)"
+    )
+    worker = _start([sys.executable, "-c", spawn_detached], {**os.environ}, None, "worker")
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    flow_run = psutil.Process(int(pid_file.read_text()))
+    assert os.getpgid(flow_run.pid) != os.getpgid(worker.pid)  # out of the worker's group, as Prefect's are
+    stop_group(worker)
+    assert worker.poll() is not None
+    psutil.wait_procs([flow_run], timeout=10)
+    assert not flow_run.is_running() or flow_run.status() == psutil.STATUS_ZOMBIE
 
 
 @pytest.mark.slow
