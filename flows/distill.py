@@ -637,7 +637,8 @@ def _failure_markdown(exc: Exception, saved: bool) -> str:
     kept = ("The DVC experiment was saved before the failure." if saved else
             "No DVC experiment was saved and no model version was kept; the project and its params.yaml are unchanged.")
     return "\n".join([
-        "# distill failed", "", f"**{type(exc).__name__}**: {exc}", "", kept,
+        # the message in a code block: paths keep their underscores (markdown would take them for emphasis)
+        "# distill failed", "", f"**{type(exc).__name__}**:", "", "```text", str(exc), "```", "", kept,
         "The failing stage's whole output is in its task run (`stage-<name>`) and in the Logs tab.",
     ])
 
