@@ -44,7 +44,6 @@ RESULTS = REPO_ROOT / "bench" / "results" / "quality"
 # What the report needs from each experiment commit.
 EXPORTED_FILES = ["params.yaml", "metrics/train.json", "metrics/data_report.json", "metrics/register.json"]
 EXPORTED_DIRS = ["metrics/eval"]
-SPEED_SENTENCES = 512  # FLORES English sentences encoded to time each exported student
 
 
 def load_config(path: Path) -> dict[str, Any]:
@@ -63,8 +62,8 @@ def runs(config: dict[str, Any]) -> list[dict[str, Any]]:
 
 def member_overrides(config: dict[str, Any], member: dict[str, Any]) -> dict[str, Any]:
     """The member's ``-S`` overrides on top of the shared ones (``ablation_common`` for a variant)."""
-    shared = config.get("ablation_common") if is_ablation(config, member) and "ablation_common" in config else None
-    return {**((config.get("common") or {}) if shared is None else shared), **(member.get("overrides") or {})}
+    shared = "ablation_common" if is_ablation(config, member) and "ablation_common" in config else "common"
+    return {**(config.get(shared) or {}), **(member.get("overrides") or {})}
 
 
 def is_ablation(config: dict[str, Any], member: dict[str, Any]) -> bool:
@@ -109,27 +108,11 @@ def export_experiment(workspace: Path, out: Path) -> None:
 
 
 def student_facts(student_dir: Path, raw_dir: Path) -> dict[str, Any]:
-    """Dimension, parameters, size on disk and CPU encoding speed of an exported student."""
-    import torch
-    from sentence_transformers import SentenceTransformer
+    """Dimension, parameters, size on disk and CPU encoding speed of an exported student (xdistill.models.facts)."""
+    from xdistill.models.facts import SPEED_FILE, speed_sentences
+    from xdistill.models.facts import student_facts as measure
 
-    model = SentenceTransformer(str(student_dir), device="cpu")
-    flores = raw_dir / "eval" / "flores200-devtest" / "eng_Latn.devtest"
-    sentences = flores.read_text(encoding="utf-8").splitlines()[:SPEED_SENTENCES]
-    model.encode(sentences[:32], batch_size=32)  # warm-up
-    start = time.perf_counter()
-    vectors = model.encode(sentences, batch_size=64)
-    seconds = time.perf_counter() - start
-    size = sum(p.stat().st_size for p in student_dir.rglob("*") if p.is_file())
-    return {
-        "dimension": int(vectors.shape[1]),
-        "parameters": int(sum(p.numel() for p in model.parameters())),
-        "size_mb": round(size / 2**20, 1),
-        "sentences_per_second": round(len(sentences) / seconds, 1),
-        "speed_sentences": len(sentences),
-        "threads": torch.get_num_threads(),
-        "index_mb_per_million": round(vectors.shape[1] * 4 * 1_000_000 / 2**20, 1),
-    }
+    return measure(student_dir, speed_sentences(raw_dir / SPEED_FILE.relative_to("data/raw")))
 
 
 def tatoeba_models(config: dict[str, Any], results: Path, project: Path) -> dict[str, str]:

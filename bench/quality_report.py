@@ -331,7 +331,7 @@ def params_section(config: Mapping[str, Any], members: list[tuple[dict[str, Any]
 
 
 ABLATION_DEV = [("dev_score", "dev score"), ("dev_sts", "dev STS"), ("dev_accuracy", "dev retrieval"),
-                ("dev_teacher_accuracy", "dev teacher-space")]
+                ("dev_teacher_accuracy", "dev teacher-space"), ("dev_mining_f1", "dev mining")]
 ABLATION_EVAL = [("primary_score", "primary"), ("sts17_average", "STS17"), ("sts17_monolingual_average", "STS17 mono"),
                  ("sts17_crosslingual_average", "STS17 cross"), ("sts_monolingual_average", "STSb mono"),
                  ("sts_crosslingual_average", "STSb cross"), ("tatoeba_average", "Tatoeba"),
@@ -358,6 +358,11 @@ def _ablation_scale(config: Mapping[str, Any], first: Mapping[str, Any]) -> str:
     return f"{where} ({scale})"
 
 
+def _head_fit(member: Mapping[str, Any]) -> str:
+    student = ((member.get("params") or {}).get("train") or {}).get("student") or {}
+    return {"procrustes": "Procrustes", "least_squares": "least-squares"}.get(student.get("head_fit"), "fitted")
+
+
 def ablation_section(config: Mapping[str, Any], results: Path) -> str:
     """One row per ablation variant: what changed, its dev numbers (which chose it), its evaluation, its cost."""
     variants = [(spec, load_member(results / spec["name"])) for spec in config.get("ablation", [])
@@ -376,7 +381,8 @@ def ablation_section(config: Mapping[str, Any], results: Path) -> str:
     first = variants[0][1]
     models = (first["eval"].get("summary") or {}).get("models", {})
     references = [("mE5-small, untrained", "student-untrained", None),
-                  ("mE5-small + fitted head, no training (student-start)", "student-start", first["train"]["initial"])]
+                  (f"mE5-small + {_head_fit(first)} head, no training (student-start of `{variants[0][0]['name']}`)",
+                   "student-start", first["train"]["initial"])]
     for title, label, dev in references:
         values = models.get(label, {})
         lines.append(f"| {title} | - | " + " | ".join(_cell((dev or {}).get(k), 2) for k, _ in ABLATION_DEV) + " | "
@@ -398,6 +404,15 @@ def ablation_section(config: Mapping[str, Any], results: Path) -> str:
               "`a` = the WiSE-FT weight the trainer chose on dev data (0 = the starting student, 1 = the best "
               "checkpoint).", ""]
     return "\n".join(lines) + "\n"
+
+
+def winner(config: Mapping[str, Any], results: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The ablation variant named by ``ablation_winner`` (the recipe the embedded default uses), when it ran."""
+    name = config.get("ablation_winner")
+    spec = next((v for v in config.get("ablation", []) if v["name"] == name), None)
+    if spec is None or not (results / name / "run.json").is_file():
+        return []
+    return [({**spec, "label": f"{spec['name']} (the embedded default's recipe, at its scale)"}, load_member(results / name))]
 
 
 def targets_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
@@ -463,7 +478,8 @@ def render(config: Mapping[str, Any], results: Path, output_dir: Path) -> str:
         header += [f"Members not run yet: {', '.join(missing)}.", ""]
     tatoeba_all = load_tatoeba_all(results)
     parts = ["\n".join(header) + "\n", "## Summary\n\n" + summary_table(members) + "\n",
-             targets_section(members), deltas_section(members, tatoeba_all), ablation_section(config, results),
+             targets_section(members + winner(config, results)), deltas_section(members, tatoeba_all),
+             ablation_section(config, results),
              students_section(members)]
     for name, title in BENCHMARK_SECTIONS:
         parts.append(benchmark_section(members, name, title))

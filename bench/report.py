@@ -21,13 +21,13 @@ HEADER = """# Benchmarks
 
 Produced by `python bench/report.py` from `bench/results/*.json`; every row names the command that
 measured it. Each benchmark runs ours and the reference side by side in one run; times are medians of
-repeats with the min-max range in brackets. Targets come from issues 2-5; `make bench` re-runs every script and this report.
+repeats with the min-max range in brackets. Targets come from issues 2-5 and 14; `make bench` re-runs every script and this report.
 
 """
 
 
-# The pipeline's order: data, teacher, training, mining, inference, the whole pipeline.
-SECTION_ORDER = ["parallel", "teacher_embed", "train", "mining", "inference", "e2e"]
+# The pipeline's order: data, teacher, training, mining, inference, exports, the whole pipeline.
+SECTION_ORDER = ["parallel", "teacher_embed", "train", "mining", "inference", "export", "e2e"]
 
 # What a reader needs to read a section's numbers right (facts about the tools, not results).
 SECTION_NOTES = {

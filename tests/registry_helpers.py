@@ -50,6 +50,10 @@ def make_outputs_project(root: Path, primary: float, per_language: dict[str, Any
         "register": {"tracking_uri": "sqlite:///mlflow.db", "experiment": "xdistill", "model_name": MODEL_NAME},
     }
     (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    flores = root / "data" / "raw" / "eval" / "flores200-devtest" / "eng_Latn.devtest"
+    flores.parent.mkdir(parents=True, exist_ok=True)
+    flores.write_text("\n".join(f"Sentence number {i} is about the weather in town." for i in range(64)) + "\n",
+                      encoding="utf-8")
     _write_json(root / "metrics" / "data_report.json", {"train_pairs": 120, "languages": {"de": 60, "es": 60}})
     _write_json(root / "metrics" / "train.json", {"final_loss": 0.0123, "steps": 3, "history": [0.5, 0.1]})
     _write_json(root / "metrics" / "eval" / "summary.json", summary(primary, per_language))

@@ -269,6 +269,12 @@ def test_register_logs_everything_and_champion_loads(tmp_path: Path, monkeypatch
     scores = Scores.from_tags(version.tags)
     assert (scores.primary, scores.per_language) == (0.42, {"de.sts17": 0.5, "de.tatoeba": 0.34, "es": 0.4})
     assert scores.references["student-untrained"].primary == pytest.approx(0.41)
+    # size and speed of the student, for the promotion decision (MiniLM-L6: 22.7M parameters, 384-d)
+    assert run.data.metrics["student.parameters"] == pytest.approx(22_713_216)
+    assert run.data.metrics["student.dimension"] == 384 and 80 < run.data.metrics["student.size_mb"] < 100
+    assert run.data.metrics["student.sentences_per_second"] > 1 and run.data.metrics["student.speed_sentences"] == 64
+    assert version.tags["student.parameters"] == "22713216" and version.tags["student.dimension"] == "384"
+    assert float(version.tags["student.sentences_per_second"]) == run.data.metrics["student.sentences_per_second"]
 
     assert promote(MODEL_NAME, tracking_uri=uri).decision == "promoted"
     mlflow.set_tracking_uri(uri)

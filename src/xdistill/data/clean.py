@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.data.formats import Triple
 from xdistill.data.normalize import normalize_text
 from xdistill.errors import XdistillError
@@ -67,13 +68,11 @@ class CleaningConfig:
     lid_min_chars: int = 20
     lid_min_confidence: float = 0.9
 
+    __pydantic_config__ = SECTION_CONFIG
+
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> CleaningConfig:
-        params = dict(params or {})
-        unknown = set(params) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise XdistillError(f"parallel.cleaning: unknown keys {sorted(unknown)}")
-        return cls(**params)
+        return parse_section(cls, params, "parallel.cleaning")
 
 
 class SeenPairs:

@@ -22,7 +22,7 @@ import logging
 import random
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from xdistill.data.formats import Checkers
 from xdistill.data.parallel_tsv import write_parallel_tsv
 from xdistill.data.sampling import Reservoir, interleave, repeat_and_select, source_targets, split_evenly
 from xdistill.data.sources import SourceSpec, read_source
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 
 log = logging.getLogger(__name__)
@@ -53,11 +54,8 @@ class ParallelConfig:
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> ParallelConfig:
+        """The section checked key by key (config.parse_section); sources and cleaning by their own classes."""
         params = dict(params)
-        allowed = set(cls.__dataclass_fields__)
-        unknown = set(params) - allowed
-        if unknown:
-            raise XdistillError(f"parallel: unknown keys {sorted(unknown)}")
         if not params.get("sources"):
             raise XdistillError("parallel.sources: no source configured")
         sources = [SourceSpec.from_params(entry) for entry in params.pop("sources")]
@@ -65,7 +63,21 @@ class ParallelConfig:
         if len(set(names)) != len(names):
             raise XdistillError(f"parallel.sources: duplicate names in {names}")
         cleaning = CleaningConfig.from_params(params.pop("cleaning", None))
-        return cls(sources=sources, cleaning=cleaning, **params)
+        settings = parse_section(_ParallelSettings, params, "parallel")
+        return cls(sources=sources, cleaning=cleaning, **asdict(settings))
+
+
+@dataclass
+class _ParallelSettings:
+    """The scalar keys of the ``parallel`` section (sources and cleaning are parsed on their own)."""
+
+    __pydantic_config__ = SECTION_CONFIG
+
+    dev_pairs_per_language: int = 200
+    max_train_pairs: int | None = None
+    max_repeats: float = 2.0
+    max_bad_share: float = 0.01
+    seed: int = 13
 
 
 class _Spool:

@@ -17,6 +17,7 @@ from typing import Any
 
 from xdistill.data import formats
 from xdistill.data.languages import expand
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import InputFileError, XdistillError
 
 log = logging.getLogger(__name__)
@@ -42,20 +43,18 @@ class SourceSpec:
     header: bool = False  # dictionary: first line is a header (FreeDict)
     max_words: int | None = None  # dictionary: drop entries longer than this many words
 
+    __pydantic_config__ = SECTION_CONFIG
+
     @classmethod
     def from_params(cls, entry: dict[str, Any]) -> SourceSpec:
-        unknown = set(entry) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise XdistillError(f"parallel.sources[{entry.get('name', '?')}]: unknown keys {sorted(unknown)}")
-        missing = {"name", "format", "files"} - set(entry)
-        if missing:
-            raise XdistillError(f"parallel.sources entry {entry}: missing keys {sorted(missing)}")
-        spec = cls(**entry)
-        if spec.format not in FORMATS:
-            raise XdistillError(f"parallel.sources[{spec.name}]: unknown format '{spec.format}' (one of {', '.join(FORMATS)})")
-        if spec.weight < 0:
-            raise XdistillError(f"parallel.sources[{spec.name}]: weight must be >= 0")
-        return spec
+        name = entry.get("name", "?") if isinstance(entry, dict) else "?"
+        return parse_section(cls, entry, f"parallel.sources[{name}]")
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise XdistillError(f"parallel.sources[{self.name}]: unknown format '{self.format}' (one of {', '.join(FORMATS)})")
+        if self.weight < 0:
+            raise XdistillError(f"parallel.sources[{self.name}]: weight must be >= 0")
 
     def covered_languages(self, languages: Iterable[str]) -> list[str]:
         wanted = list(languages)

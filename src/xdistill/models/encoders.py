@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
-from xdistill.models.resolve import load_sentence_transformer
+from xdistill.errors import XdistillError
 from xdistill.models.packages import missing_package_error
+from xdistill.models.resolve import load_sentence_transformer, resolve_model_dir
 from xdistill.models.sources import MUSE_SPEC, is_inference_only
 
 if TYPE_CHECKING:
@@ -84,8 +86,27 @@ class MuseEncoder:
         return _l2_normalise(np.concatenate(batches, axis=0))
 
 
-def load_encoder(spec: str, device: str | None = None) -> Encoder:
-    """Return an :class:`Encoder` for ``spec`` (any sentence-transformers spec, or ``pypi:muse``)."""
+def load_encoder(spec: str, device: str | None = None, backend: str = "torch") -> Encoder:
+    """Return an :class:`Encoder` for ``spec`` (any sentence-transformers spec, or ``pypi:muse``).
+
+    ``backend``: ``torch``, or ``onnx`` / ``onnx-int8`` for a folder written by ``xdistill export``
+    (see :func:`xdistill.export.runtime.load_student`).
+    """
     if is_inference_only(spec):
+        if backend != "torch":
+            raise XdistillError(f"model '{spec}' has no {backend} export")
         return MuseEncoder()
-    return SentenceTransformerEncoder(load_sentence_transformer(spec, device=device), spec)
+    from xdistill.export.runtime import check_backend_files, load_student
+
+    folder = resolve_model_dir(spec)
+    check_backend_files(folder, backend)  # a clear error for a folder without the backend's weights
+    if backend == "torch" and not _has_export_report(folder):
+        return SentenceTransformerEncoder(load_sentence_transformer(spec, device=device), spec)
+    return SentenceTransformerEncoder(load_student(folder, backend, device=device), spec)
+
+
+def _has_export_report(folder: Path) -> bool:
+    """An ``xdistill export`` folder (its torch weights may be fp16, loaded as fp32 on CPU)."""
+    from xdistill.export.files import REPORT_FILE
+
+    return (folder / REPORT_FILE).is_file()

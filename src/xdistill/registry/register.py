@@ -5,7 +5,9 @@ of ``metrics/**/*.json`` (metrics, prefixed by the file's path: ``eval.summary.p
 the data report, the plots and reports (artifacts) and the student, logged with the
 sentence-transformers flavor and an input example. The student is then registered as a new
 version of ``register.model_name`` carrying the evaluation scores as tags (the promotion gate
-reads them from there). ``metrics/register.json`` records the run id, version and model URI, and
+reads them from there), and the student's size and speed (:mod:`xdistill.models.facts`: parameters,
+disk MB, dimension, sentences/s) as ``student.*`` metrics of the run and tags of the version.
+``metrics/register.json`` records the run id, version and model URI, and
 the tracking URI without a machine path: a local store inside the project as a URI relative to the
 project folder (``sqlite:///mlflow.db``, the form params.yaml uses); :func:`read_registration`
 resolves it again.
@@ -128,6 +130,7 @@ def register_run(root: str | Path = ".", config: RegisterConfig | None = None) -
     tracking_uri = resolve_tracking_uri(config.tracking_uri)
     inputs = _collect_inputs(root)  # fail here, before anything is created
     tags = _lineage_tags(root)
+    facts = _student_facts(root)
 
     import mlflow
 
@@ -143,12 +146,13 @@ def register_run(root: str | Path = ".", config: RegisterConfig | None = None) -
     try:
         with mlflow.start_run(run_id=run_id):
             _log_params(client, run_id, inputs.params)
-            _log_metrics(client, run_id, inputs.metrics)
+            _log_metrics(client, run_id, {**inputs.metrics, **facts})
             _log_artifacts(root, inputs.params_file)
             model_uri = _log_student(root / STUDENT_DIR)
             log.info("registering a new version of '%s'", config.model_name)
+            fact_tags = {key: f"{value:.10g}" for key, value in facts.items()}
             model_version = mlflow.register_model(
-                model_uri, config.model_name, tags={**tags, **_score_tags(inputs.scores), "run_id": run_id}
+                model_uri, config.model_name, tags={**tags, **_score_tags(inputs.scores), **fact_tags, "run_id": run_id}
             )
             version = str(model_version.version)
             registration = Registration(
@@ -193,6 +197,15 @@ def _collect_inputs(root: Path) -> _Inputs:
             metrics.update(numeric_leaves(data, prefix))
     scores = read_summary_scores(root / SUMMARY_FILE)
     return _Inputs(params=params, params_file=params_file, metrics=metrics, scores=scores)
+
+
+def _student_facts(root: Path) -> dict[str, float]:
+    """``student.<fact>``: size and CPU speed of the student (speed on the staged FLORES English sentences)."""
+    from xdistill.models.facts import SPEED_FILE, speed_sentences, student_facts
+
+    facts = student_facts(root / STUDENT_DIR, speed_sentences(root / SPEED_FILE))
+    log.info("student: %s", ", ".join(f"{k} {v}" for k, v in facts.items()))
+    return {f"student.{key}": float(value) for key, value in facts.items()}
 
 
 def _score_tags(scores: Scores | None) -> dict[str, str]:

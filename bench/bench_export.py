@@ -1,0 +1,271 @@
+"""Lightweight students (issue 14): vocabulary trimming and the exports, against today's fp32 student.
+
+Side by side in one run, the reference being ``SentenceTransformer.encode`` of the fp32 384-d
+student (``--student``, default models/student):
+
+1. vocabulary trimming (``train.student.vocabulary: corpus``: the pieces data/parallel and the
+   staged evaluation sets of the configured languages use): parameters, disk size, load time
+   and peak memory of loading (each in a fresh process), full vs trimmed;
+2. each export of the trimmed student (``xdistill export``: fp16 safetensors, ONNX fp32, ONNX
+   int8) and the trimmed PyTorch student: encoding speed (sentences/s, ``SentenceTransformer.encode``
+   of ``--sentences`` real sentences, batch 64, torch's threads for every backend, repeats
+   alternating with the reference), model size on disk and parameters, index size, and the quality
+   delta on STS17 and Tatoeba (the pipeline's protocol: official STS17 tracks, Tatoeba test sets
+   of ``languages`` in params.yaml, ``--tatoeba-pairs`` (1000 = all) pairs each) against the reference.
+
+Targets (issue 14): >= 3x the reference's encoding speed with <= 1 point loss on the STS17 and
+Tatoeba averages; <= 50M parameters and <= 100 MB on disk.
+
+    python bench/bench_export.py                   # needs models/student, data/parallel, data/raw (dvc repro)
+    python bench/bench_export.py --tiny            # seconds-to-minutes smoke run; prints only
+    python bench/bench_export.py tatoeba-all       # Tatoeba, 112 languages: untrained mE5 full vs trimmed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import RESULTS_DIR, Row, Timing, alternate, machine_summary, real_sentences, report_rows  # noqa: E402
+
+SPEED_TARGET = 3.0
+MAX_LOSS_POINTS = 1.0
+MAX_PARAMETERS = 50_000_000
+MAX_DISK_MB = 100.0
+BATCH = 64
+# Loading a student in a fresh process: load time and peak memory (ru_maxrss of that process).
+LOAD_PROBE = """
+import json, resource, sys, time
+start = time.perf_counter()
+from xdistill.export.runtime import load_student
+model = load_student(sys.argv[1], sys.argv[2], device="cpu")
+model.encode(["warm-up sentence"])
+print(json.dumps({"load_s": time.perf_counter() - start,
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def load_probe(folder: Path, backend: str) -> dict[str, float]:
+    """Load time (imports included) and peak RSS of loading ``folder`` with ``backend`` in a new process."""
+    out = subprocess.run([sys.executable, "-c", LOAD_PROBE, str(folder), backend], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def disk_mb(folder: Path, backend: str) -> float:
+    """What ``backend`` loads from ``folder``: everything but the other backends' weight files."""
+    from xdistill.export.files import ONNX_FILES
+    from xdistill.export.runtime import folder_size_mb
+
+    others = [path for name, path in ONNX_FILES.items() if path and name != backend]
+    if backend != "torch":
+        others.append("model.safetensors")
+    return round(folder_size_mb(folder, exclude=others), 1)
+
+
+def trim_student(student: Path, out: Path, parallel: list[Path], raw_dir: Path) -> dict[str, Any]:
+    from sentence_transformers import SentenceTransformer
+
+    from xdistill.models.vocabulary import corpus_texts, trim_vocabulary
+    from xdistill.training.student import save_student
+
+    model = SentenceTransformer(str(student), device="cpu")
+    trim = trim_vocabulary(model, corpus_texts(parallel, raw_dir))
+    save_student(model, out)
+    return trim.as_dict()
+
+
+def quality(model, languages: list[str], eval_dir: Path, tatoeba_pairs: int) -> dict[str, float]:
+    """STS17 and Tatoeba averages as the evaluate stage computes them."""
+    from xdistill.evaluation.suite import EvaluationInputs, EvaluationSettings, evaluate_model
+    from xdistill.models.encoders import SentenceTransformerEncoder
+
+    settings = EvaluationSettings(languages=languages, benchmarks=["sts17", "tatoeba"],
+                                  sts17_max_pairs=40 if tatoeba_pairs < 200 else None, tatoeba_max_pairs=tatoeba_pairs,
+                                  pca_sentences=0)
+    result = evaluate_model(SentenceTransformerEncoder(model, "bench"), "bench", settings, EvaluationInputs(eval_dir))
+    return {"sts17": result["benchmarks"]["sts17"]["scores"]["average"],
+            "tatoeba": result["benchmarks"]["tatoeba"]["scores"]["average"]}
+
+
+def trimming_row(student: Path, trimmed: Path, trim: dict[str, Any]) -> Row:
+    full, small = load_probe(student, "torch"), load_probe(trimmed, "torch")
+    facts = {name: _parameters(folder) for name, folder in (("full", student), ("trimmed", trimmed))}
+    full_mb, small_mb = disk_mb(student, "torch"), disk_mb(trimmed, "torch")
+    return Row(
+        benchmark=(f"vocabulary trimming (train.student.vocabulary: corpus; {trim['pieces_after']:,} of "
+                   f"{trim['pieces_before']:,} pieces kept): parameters, disk, load time, peak memory of loading"),
+        ours=(f"{facts['trimmed'] / 1e6:.1f}M params, {small_mb:.0f} MB, load {small['load_s']:.1f} s, "
+              f"peak {small['peak_mb']:.0f} MB"),
+        reference=(f"{facts['full'] / 1e6:.1f}M params, {full_mb:.0f} MB, load {full['load_s']:.1f} s, "
+                   f"peak {full['peak_mb']:.0f} MB (full vocabulary)"),
+        ratio=f"{facts['full'] / facts['trimmed']:.2f}x fewer params, {full_mb / small_mb:.2f}x smaller",
+        target="none (what trimming keeps and costs; quality: tatoeba-all)",
+        passed=None,
+        details={"trim": trim, "full": {**full, "parameters": facts["full"], "disk_mb": full_mb},
+                 "trimmed": {**small, "parameters": facts["trimmed"], "disk_mb": small_mb}},
+    )
+
+
+def _parameters(folder: Path) -> int:
+    """Parameters stored in the folder's safetensors files (the transformer and any Dense head)."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in folder.rglob("*.safetensors"):
+        with safe_open(str(path), "pt") as handle:
+            for key in handle.keys():
+                count = 1
+                for size in handle.get_slice(key).get_shape():
+                    count *= size
+                total += count
+    return total
+
+
+def export_rows(student: Path, trimmed: Path, exported: Path, sentences: list[str], languages: list[str],
+                eval_dir: Path, repeats: int, tatoeba_pairs: int) -> list[Row]:
+    import torch
+
+    from xdistill.export.runtime import load_student
+
+    reference = load_student(student, "torch", device="cpu")
+    variants = {
+        "trimmed vocabulary, PyTorch fp32": (trimmed, "torch"),
+        "trimmed, fp16 safetensors (run as fp32 on CPU)": (exported, "torch"),
+        "trimmed, ONNX fp32 (onnxruntime)": (exported, "onnx"),
+        "trimmed, ONNX dynamic int8 (onnxruntime)": (exported, "onnx-int8"),
+    }
+    reference_quality = quality(reference, languages, eval_dir, tatoeba_pairs)
+    reference_mb = disk_mb(student, "torch")
+    reference_params = _parameters(student)
+    dimension = int(reference.get_embedding_dimension())
+    index_mb = dimension * 4 * 1_000_000 / 2**20
+    rows = []
+    for label, (folder, backend) in variants.items():
+        model = load_student(folder, backend, device="cpu")
+        scores = quality(model, languages, eval_dir, tatoeba_pairs)
+        for encoder in (model, reference):
+            encoder.encode(sentences[:BATCH], batch_size=BATCH)  # warm-up
+        ours, ref = alternate(lambda m=model: m.encode(sentences, batch_size=BATCH),
+                              lambda: reference.encode(sentences, batch_size=BATCH), repeats)
+        rows.append(_export_row(label, backend, folder, len(sentences), ours, ref, scores, reference_quality,
+                                reference_mb, reference_params, int(model.get_embedding_dimension()), index_mb,
+                                torch.get_num_threads()))
+    return rows
+
+
+def _export_row(label: str, backend: str, folder: Path, n: int, ours: Timing, ref: Timing, scores: dict[str, float],
+                reference_quality: dict[str, float], reference_mb: float, reference_params: int, dimension: int,
+                index_mb: float, threads: int) -> Row:
+    speedup = ref.median / ours.median
+    deltas = {k: scores[k] - reference_quality[k] for k in scores}
+    size = disk_mb(folder, backend)
+    parameters = _parameters(folder) if backend == "torch" else None
+    params_text = f"{parameters / 1e6:.1f}M params, " if parameters else ""
+    passed = speedup >= SPEED_TARGET and all(d >= -MAX_LOSS_POINTS for d in deltas.values())
+    return Row(
+        benchmark=f"encode {n} sentences (SentenceTransformer.encode, batch {BATCH}, {threads} threads): {label} vs the fp32 student",
+        ours=(f"{n / ours.median:.0f} sent/s; STS17 {scores['sts17']:.1f} ({deltas['sts17']:+.1f}), Tatoeba "
+              f"{scores['tatoeba']:.1f} ({deltas['tatoeba']:+.1f}); {params_text}{size:.0f} MB; index {dimension}-d, "
+              f"{dimension * 4 * 1_000_000 / 2**20:.0f} MB / 1M sentences"),
+        reference=(f"{n / ref.median:.0f} sent/s; STS17 {reference_quality['sts17']:.1f}, Tatoeba "
+                   f"{reference_quality['tatoeba']:.1f}; {reference_params / 1e6:.1f}M params, {reference_mb:.0f} MB; "
+                   f"index {index_mb:.0f} MB / 1M"),
+        ratio=f"{speedup:.2f}x faster, {reference_mb / size:.1f}x smaller",
+        target=f">= {SPEED_TARGET:.0f}x with <= {MAX_LOSS_POINTS:.0f} point loss",
+        passed=passed,
+        details={"folder": str(folder), "backend": backend, "sentences": n, "threads": threads, "disk_mb": size,
+                 "parameters": parameters, "scores": scores, "reference_scores": reference_quality, "deltas": deltas,
+                 "size_target_met": (size <= MAX_DISK_MB and (parameters or 0) <= MAX_PARAMETERS),
+                 "ours_s": ours.samples, "reference_s": ref.samples},
+    )
+
+
+def run_speed(args: argparse.Namespace) -> None:
+    import yaml
+
+    from xdistill.export.files import REPORT_FILE
+    from xdistill.export.writer import ExportReport, export_student
+
+    languages = args.languages or yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["languages"]
+    student = Path(args.student).resolve()
+    if not (student / "modules.json").is_file():
+        sys.exit(f"error: {student}: no student folder; run `dvc repro` first (or pass --student)")
+    parallel_dir, raw_dir = Path(args.parallel_dir), Path(args.raw_dir)
+    parallel = [parallel_dir / "train.tsv.gz", parallel_dir / "dev.tsv.gz"]
+    with tempfile.TemporaryDirectory(prefix="bench-export-", dir=args.work_dir) as tmp:
+        trimmed, exported = Path(tmp) / "trimmed", Path(tmp) / "exported"
+        trim = trim_student(student, trimmed, parallel, raw_dir)
+        if args.exported:  # an earlier run's export of the same trimmed student (exporting takes minutes)
+            exported = Path(args.exported)
+            report = ExportReport(**json.loads((exported / REPORT_FILE).read_text(encoding="utf-8")))
+        else:
+            report = export_student(trimmed, exported)
+        rows = [trimming_row(student, trimmed, trim)]
+        rows += export_rows(student, trimmed, exported, real_sentences(args.sentences), languages,
+                            raw_dir / "eval", args.repeats, args.tatoeba_pairs)
+        rows[0].details["export_report"] = report.as_dict()
+        if args.keep:
+            import shutil
+
+            shutil.copytree(exported, args.keep, dirs_exist_ok=True)
+    report_rows("export", rows, args.tiny, args.json)
+
+
+def run_tatoeba_all(args: argparse.Namespace) -> None:
+    """Tatoeba on every language: the untrained mE5 student with the full vs the trimmed vocabulary."""
+    from quality import run_tatoeba_all as score_all
+
+    from common import mirror_dir
+    from xdistill.models import resolve_model_dir
+
+    out = RESULTS_DIR / "vocabulary_tatoeba_all"
+    full_spec = "pypi:multilingual-e5-small"
+    trimmed = out / ".trimmed-e5"  # not committed (.gitignore)
+    if not (trimmed / "modules.json").is_file():
+        trim_student(resolve_model_dir(full_spec), trimmed,
+                     [ROOT / "data/parallel/train.tsv.gz", ROOT / "data/parallel/dev.tsv.gz"], ROOT / "data/raw")
+    earlier = RESULTS_DIR / "quality" / "tatoeba_all" / "student-untrained.json"
+    if not (out / "e5-untrained-full.json").is_file() and earlier.is_file() and args.max_pairs is None:
+        # the quality run already scored the same untrained student on all languages: reuse it
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "e5-untrained-full.json").write_text(earlier.read_text(encoding="utf-8"), encoding="utf-8")
+    score_all({"e5-untrained-full": full_spec, "e5-untrained-trimmed": str(trimmed)},
+              mirror_dir() / "eval" / "tatoeba-laser", out, max_pairs=args.max_pairs)
+    summary = {key: json.loads((out / f"{key}.json").read_text(encoding="utf-8"))
+               for key in ("e5-untrained-full", "e5-untrained-trimmed")}
+    print(json.dumps({key: round(value["average"], 2) for key, value in summary.items()}), machine_summary())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", nargs="?", choices=("speed", "tatoeba-all"), default="speed")
+    parser.add_argument("--student", default=str(ROOT / "models/student"), help="the fp32 student (reference)")
+    parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-pairs", type=int, default=None, help="tatoeba-all: pairs per language")
+    parser.add_argument("--tatoeba-pairs", type=int, default=1000, help="Tatoeba pairs per language (quality)")
+    parser.add_argument("--exported", default=None, help="reuse this export of the trimmed student")
+    parser.add_argument("--work-dir", default=None, help="where the trimmed student and exports are written")
+    parser.add_argument("--keep", default=None, help="copy the exported folder here")
+    parser.add_argument("--parallel-dir", default=str(ROOT / "data/parallel"), help="train/dev pairs (trimming corpus)")
+    parser.add_argument("--raw-dir", default=str(ROOT / "data/raw"), help="staged corpora: eval/ sets (trimming, quality)")
+    parser.add_argument("--languages", nargs="+", default=None, help="Tatoeba languages (default: params.yaml)")
+    parser.add_argument("--json", default=None, help="also write the rows here (tests)")
+    parser.add_argument("--tiny", action="store_true", help="small sizes; print only")
+    args = parser.parse_args()
+    if args.tiny:
+        args.sentences, args.repeats, args.tatoeba_pairs = 64, 1, 100
+    (run_tatoeba_all if args.command == "tatoeba-all" else run_speed)(args)
+
+
+if __name__ == "__main__":
+    main()

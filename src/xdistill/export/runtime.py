@@ -1,0 +1,183 @@
+"""Loading an exported student with a chosen backend: PyTorch, ONNX fp32 or ONNX int8.
+
+An exported folder (:func:`xdistill.export.writer.export_student`) is a sentence-transformers folder with
+the ONNX files where sentence-transformers' ``backend="onnx"`` looks for them (``onnx/model.onnx``,
+``onnx/model_qint8_avx512_vnni.onnx``). sentence-transformers 6 loads ONNX through optimum, and no
+optimum release installs beside transformers 5 (optimum-onnx 0.1.0 pins transformers < 4.58), so
+:func:`load_student` runs the ONNX file itself: :class:`OnnxTransformer` is a sentence-transformers
+input module (tokenizer + onnxruntime session) that replaces the folder's first module, and every
+later module (Pooling, Dense, Normalize) is the folder's own, loaded by sentence-transformers. The
+result is an ordinary ``SentenceTransformer``: ``encode``, prompts and batching are unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from sentence_transformers.base.modules.input_module import InputModule
+
+from xdistill.errors import XdistillError
+from xdistill.export.files import BACKENDS, ONNX_FILES, TORCH_WEIGHT_FILES
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+log = logging.getLogger(__name__)
+
+
+
+def check_backend_files(folder: str | Path, backend: str) -> Path:
+    """The weights file ``backend`` needs in ``folder``; a clear error naming what is there instead."""
+    folder = Path(folder)
+    if backend not in ONNX_FILES:
+        raise XdistillError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+    for path in _weight_candidates(folder, backend):
+        if path.is_file():
+            return path
+    present = available_backends(folder)
+    hint = f"it has weights for: {', '.join(present)}" if present else "it holds no model weights at all"
+    expected = ONNX_FILES[backend] or " or ".join(TORCH_WEIGHT_FILES)
+    raise XdistillError(f"{folder}: no {expected} for backend '{backend}'; {hint}")
+
+
+def available_backends(folder: str | Path) -> list[str]:
+    """The backends whose weights ``folder`` holds."""
+    folder = Path(folder)
+    return [backend for backend in BACKENDS if any(p.is_file() for p in _weight_candidates(folder, backend))]
+
+
+def _weight_candidates(folder: Path, backend: str) -> list[Path]:
+    wanted = ONNX_FILES[backend]
+    if wanted:
+        return [folder / wanted]
+    # the transformer's weights sit in its module's folder (the root, or e.g. 0_Transformer/ in old layouts)
+    module_dir = folder / _first_module_path(folder)
+    return [module_dir / name for name in TORCH_WEIGHT_FILES]
+
+
+def _first_module_path(folder: Path) -> str:
+    modules = folder / "modules.json"
+    if not modules.is_file():
+        return ""
+    entries = _read_json(modules)
+    return str(entries[0].get("path", "")) if entries else ""
+
+
+class OnnxTransformer(InputModule):
+    """The transformer of a student as an onnxruntime session: text in, token embeddings out."""
+
+    def __init__(self, onnx_path: str | Path, tokenizer: Any, max_seq_length: int | None,
+                 threads: int | None = None) -> None:
+        import onnxruntime as ort
+
+        super().__init__()
+        options = ort.SessionOptions()
+        # the same thread count as torch's, so backends compare on equal terms
+        options.intra_op_num_threads = threads or torch.get_num_threads()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.onnx_path = Path(onnx_path)
+        self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.tokenizer = tokenizer
+        self._max_seq_length = max_seq_length
+        self._dimension = int(self.session.get_outputs()[0].shape[-1])
+
+    @property
+    def max_seq_length(self) -> int | None:
+        return self._max_seq_length
+
+    @max_seq_length.setter
+    def max_seq_length(self, value: int | None) -> None:
+        self._max_seq_length = value
+
+    def get_word_embedding_dimension(self) -> int:
+        return self._dimension
+
+    def preprocess(self, inputs: Sequence[str], prompt: str | None = None, **kwargs) -> dict[str, Any]:
+        texts = [str(text) for text in inputs]
+        if prompt:
+            texts = self._prepend_prompt(texts, prompt)
+        features = dict(self.tokenizer(texts, padding=True, truncation=self._max_seq_length is not None,
+                                       max_length=self._max_seq_length, return_tensors="pt"))
+        if prompt:
+            features["prompt_length"] = self._prompt_length(prompt)
+        return features
+
+    def _prompt_length(self, prompt: str) -> int:
+        """Tokens of the prompt without its trailing special token (as sentence-transformers counts it)."""
+        ids = self.tokenizer(prompt)["input_ids"]
+        return len(ids) - (1 if ids and ids[-1] in self.tokenizer.all_special_ids else 0)
+
+    def forward(self, features: dict[str, Any], **kwargs) -> dict[str, Any]:
+        feeds = {name: features[name].cpu().numpy().astype(np.int64) for name in self.input_names}
+        hidden = self.session.run(None, feeds)[0]
+        features["token_embeddings"] = torch.from_numpy(hidden).to(features["input_ids"].device)
+        return features
+
+    def save(self, output_path: str, *args, **kwargs) -> None:
+        raise XdistillError("an ONNX-backed student is not re-saved; export the PyTorch student with `xdistill export`")
+
+
+def load_student(folder: str | Path, backend: str = "torch", device: str | None = None,
+                 threads: int | None = None) -> SentenceTransformer:
+    """Load a student folder (exported or not) with ``backend`` (torch, onnx, onnx-int8)."""
+    from sentence_transformers import SentenceTransformer
+
+    folder = Path(folder)
+    weights = check_backend_files(folder, backend)
+    if backend == "torch":
+        return SentenceTransformer(str(folder), device=device, local_files_only=True,
+                                   model_kwargs={"dtype": torch.float32} if _on_cpu(device) else None)
+    if device not in (None, "cpu"):
+        raise XdistillError(f"backend '{backend}' runs on the CPU (onnxruntime); got device {device!r}")
+    return _onnx_sentence_transformer(folder, weights, threads)
+
+
+def _on_cpu(device: str | None) -> bool:
+    return device == "cpu" or (device is None and not torch.cuda.is_available())
+
+
+def _onnx_sentence_transformer(folder: Path, onnx_path: Path, threads: int | None) -> SentenceTransformer:
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.util import import_from_string
+    from transformers import AutoTokenizer
+
+    modules_config = _read_json(folder / "modules.json")
+    bert_config = _read_json(folder / "sentence_bert_config.json", required=False)
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    first = OnnxTransformer(onnx_path, tokenizer, bert_config.get("max_seq_length"), threads)
+    rest = []
+    for entry in modules_config[1:]:
+        module_class = import_from_string(entry["type"])
+        rest.append(module_class.load(str(folder), subfolder=entry["path"], local_files_only=True))
+    st_config = _read_json(folder / "config_sentence_transformers.json", required=False)
+    log.info("loaded %s with onnxruntime (%s)", folder, onnx_path.name)
+    return SentenceTransformer(modules=[first, *rest], device="cpu", prompts=st_config.get("prompts"),
+                               default_prompt_name=st_config.get("default_prompt_name"),
+                               similarity_fn_name=st_config.get("similarity_fn_name"))
+
+
+def _read_json(path: Path, required: bool = True) -> Any:
+    if not path.is_file():
+        if required:
+            raise XdistillError(f"{path}: missing (not a sentence-transformers folder)")
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise XdistillError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+
+
+def folder_size_mb(folder: str | Path, exclude: Sequence[str] = ()) -> float:
+    """Size on disk of every file under ``folder`` (minus the relative paths in ``exclude``), MiB."""
+    folder = Path(folder)
+    skip = {folder / name for name in exclude}
+    total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and p not in skip)
+    return total / 2**20
+

@@ -1,0 +1,109 @@
+"""`xdistill export` on a tiny real mE5 student: ONNX fp32 / int8 and fp16 match PyTorch; encode and mine run on them."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.lightweight_helpers import LANGUAGES, tatoeba_pairs, tiny_e5_student
+from xdistill.cli.main import main
+from xdistill.errors import XdistillError
+from xdistill.export.files import ONNX_FILES
+from xdistill.export.writer import ONNX_FP32_MIN_COSINE, ONNX_INT8_MIN_COSINE, export_student
+from xdistill.export.runtime import load_student
+from xdistill.models import load_encoder
+from xdistill.models.vocabulary import trim_vocabulary
+from xdistill.training.student import save_student
+
+PAIRS = {lang: tatoeba_pairs(lang, 12) for lang in LANGUAGES}
+SENTENCES = [text for pairs in PAIRS.values() for pair in pairs for text in pair]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> tuple[Path, Path]:
+    """(the PyTorch student folder, its export): one transformer layer, vocabulary trimmed to SENTENCES."""
+    root = tmp_path_factory.mktemp("export")
+    student = tiny_e5_student()
+    trim_vocabulary(student, SENTENCES)
+    source = save_student(student, root / "student")
+    assert main(["export", str(source), "-o", str(root / "exported")]) == 0  # every format, through the CLI
+    return source, root / "exported"
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def test_export_writes_sentence_transformers_onnx_layout_and_report(exported) -> None:
+    import json
+
+    _, folder = exported
+    report = json.loads((folder / "export.json").read_text())
+    assert report["files"] == {"onnx": "onnx/model.onnx", "onnx-int8": "onnx/model_qint8_avx512_vnni.onnx",
+                               "fp16": "model.safetensors"}
+    assert (folder / "modules.json").is_file() and (folder / "tokenizer.json").is_file()
+    assert report["size_mb"]["fp16"] < report["size_mb"]["onnx"]
+    assert report["size_mb"]["onnx-int8"] < report["size_mb"]["onnx"]
+    assert report["min_cosine_to_fp32"]["onnx"] >= ONNX_FP32_MIN_COSINE
+
+
+@pytest.mark.parametrize(("backend", "bound"), [("onnx", ONNX_FP32_MIN_COSINE), ("onnx-int8", ONNX_INT8_MIN_COSINE),
+                                                ("torch", ONNX_FP32_MIN_COSINE)])
+def test_exported_embeddings_match_pytorch_in_every_language(exported, backend: str, bound: float) -> None:
+    source, folder = exported
+    reference = load_student(source, "torch", device="cpu").encode(SENTENCES)
+    model = load_student(folder, backend, device="cpu")
+    if backend == "torch":  # the fp16 weights, loaded back as float32 on CPU
+        assert next(model.parameters()).dtype.is_floating_point and next(model.parameters()).element_size() == 4
+    vectors = model.encode(SENTENCES)
+    assert vectors.shape == reference.shape
+    assert cosines(vectors, reference).min() >= bound
+
+
+def test_encode_runs_on_the_int8_export(exported, tmp_path: Path) -> None:
+    source, folder = exported
+    text = tmp_path / "sentences.txt"
+    text.write_text("\n".join(SENTENCES[:30]) + "\n", encoding="utf-8")
+    out = tmp_path / "vectors.npy"
+    assert main(["encode", str(text), "--model", str(folder), "--backend", "onnx-int8", "-o", str(out),
+                 "--no-progress"]) == 0
+    vectors = np.load(out)
+    reference = load_encoder(str(source)).encode(SENTENCES[:30])
+    assert vectors.shape == reference.shape and cosines(vectors, reference).min() >= ONNX_INT8_MIN_COSINE
+
+
+def test_mine_finds_translations_with_the_onnx_export(exported, tmp_path: Path) -> None:
+    _, folder = exported
+    german = PAIRS["de"]
+    (tmp_path / "src.txt").write_text("".join(de + "\n" for _, de in german), encoding="utf-8")
+    (tmp_path / "tgt.txt").write_text("".join(en + "\n" for en, _ in reversed(german)), encoding="utf-8")
+    out = tmp_path / "pairs.tsv"
+    assert main(["mine", str(tmp_path / "src.txt"), str(tmp_path / "tgt.txt"), "--model", str(folder),
+                 "--backend", "onnx", "-k", "2", "-o", str(out), "--no-progress"]) == 0
+    mined = {tuple(line.split("\t")[1:]) for line in out.read_text(encoding="utf-8").splitlines()}
+    correct = sum((de, en) in mined for en, de in german)
+    assert correct >= len(german) // 2  # a one-layer student, but translations still find each other
+
+
+def test_folders_without_weights_give_clear_errors(exported, tmp_path: Path, capsys) -> None:
+    source, folder = exported
+    bare = tmp_path / "bare"
+    shutil.copytree(folder, bare, ignore=shutil.ignore_patterns("*.safetensors", "*.onnx"))
+    with pytest.raises(XdistillError, match="model folder without weights"):  # resolve_model_dir checks first
+        load_encoder(str(bare))
+    with pytest.raises(XdistillError, match=r"no onnx/model_qint8_avx512_vnni.onnx for backend 'onnx-int8'"):
+        load_student(bare, "onnx-int8")
+    text = tmp_path / "s.txt"
+    text.write_text("Hallo Welt\n", encoding="utf-8")
+    assert main(["encode", str(text), "--model", str(source), "--backend", "onnx", "-o", str(tmp_path / "v.npy")]) == 2
+    assert f"{source}: no {ONNX_FILES['onnx']} for backend 'onnx'; it has weights for: torch" in capsys.readouterr().err
+    with pytest.raises(XdistillError, match="student folder not found"):
+        export_student(tmp_path / "missing", tmp_path / "out")
+    with pytest.raises(XdistillError, match="export formats must be among"):
+        export_student(source, tmp_path / "out", ["tflite"])
+    assert main(["export", str(source), "-o", str(tmp_path / "out"), "--formats", "tflite"]) == 2
+    assert "'tflite' is not one of 'onnx', 'onnx-int8', 'fp16'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

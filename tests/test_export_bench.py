@@ -1,0 +1,44 @@
+"""bench/bench_export.py runs end to end at its tiny size on a one-layer mE5 student (timings not asserted)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.lightweight_helpers import tatoeba_pairs, tiny_e5_student, write_parallel
+from tests.trainer_helpers import mirror_dir
+from xdistill.training.student import save_student
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_export_tiny_reports_trimming_and_every_export(tmp_path: Path) -> None:
+    student = save_student(tiny_e5_student(), tmp_path / "student")
+    pairs = {lang: tatoeba_pairs(lang, 30) for lang in ("de", "tr")}
+    write_parallel(tmp_path / "parallel/train.tsv.gz", pairs)
+    write_parallel(tmp_path / "parallel/dev.tsv.gz", {lang: rows[:5] for lang, rows in pairs.items()})
+    # the staged eval sets of the two languages only (the whole mirror's are ~50x more text to trim over)
+    eval_dir = tmp_path / "raw" / "eval"
+    shutil.copytree(mirror_dir() / "eval" / "sts17", eval_dir / "sts17")
+    (eval_dir / "tatoeba-laser").mkdir()
+    for code in ("deu", "tur"):
+        for side in (code, "eng"):
+            name = f"tatoeba.{code}-eng.{side}"
+            shutil.copy(mirror_dir() / "eval" / "tatoeba-laser" / name, eval_dir / "tatoeba-laser" / name)
+    rows_file = tmp_path / "rows.json"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_export.py"), "--tiny", "--student", str(student),
+                           "--parallel-dir", str(tmp_path / "parallel"), "--raw-dir", str(tmp_path / "raw"),
+                           "--languages", "de", "tr", "--work-dir", str(tmp_path), "--json", str(rows_file)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trimming, *exports = json.loads(rows_file.read_text())
+    assert trimming["details"]["trimmed"]["parameters"] < trimming["details"]["full"]["parameters"] - 50_000_000
+    assert trimming["details"]["trimmed"]["disk_mb"] < trimming["details"]["full"]["disk_mb"] / 2
+    assert [row["details"]["backend"] for row in exports] == ["torch", "torch", "onnx", "onnx-int8"]
+    for row in exports[:3]:  # trimming (the eval sets are in its corpus), fp16 and fp32 ONNX keep the scores
+        assert all(abs(delta) < 0.2 for delta in row["details"]["deltas"].values()), row
+    assert all(abs(delta) < 5 for delta in exports[3]["details"]["deltas"].values())
+    assert exports[3]["details"]["disk_mb"] < exports[2]["details"]["disk_mb"]
