@@ -180,12 +180,14 @@ def test_a_custom_run_in_the_prefect_ui_becomes_a_model_version_in_the_mlflow_ui
     seen_while_running: list[str] = []
 
     def watch(page: Any) -> None:
+        if seen_while_running:
+            return
+        newest_logs_first(page)
         train_lines = page.get_by_text(re.compile(r"^\[train\] .*step \d+/\d+")).filter(visible=True)
-        if not seen_while_running and train_lines.count():
+        if train_lines.count():
             train_lines.first.scroll_into_view_if_needed()
             seen_while_running.append(shot(page, "prefect-flow-run-training").name)
 
-    newest_logs_first(page)
     state = wait_for_final_state(page, RUN_TIMEOUT_S, while_running=watch)
     shot(page, "prefect-flow-run-completed")
     assert state == "Completed", f"flow run {flow_run_id} ended {state}"

@@ -116,7 +116,9 @@ def pick(page: object, select: object, options: list[str]) -> None:
 
 def newest_logs_first(page: object) -> None:
     """The Logs tab lists the newest lines first (the list shows only the lines in view)."""
-    pick(page, page.locator(".p-select", has_text="Oldest to newest"), ["Newest to oldest"])
+    order = page.locator(".p-select", has_text=re.compile("(Oldest to newest|Newest to oldest)")).first
+    if "Newest to oldest" not in order.inner_text():  # the page may remember the last choice
+        pick(page, order, ["Newest to oldest"])
 
 
 def fill(page: object, title: str, value: str) -> None:
@@ -158,20 +160,25 @@ def open_tab(page: object, name: str) -> None:
     page.wait_for_timeout(1500)
 
 
-def wait_for_final_state(page: object, timeout_s: float, while_running: object = None) -> str:
-    """Watch the flow-run page until the run ends; ``while_running(page)`` is called at each look."""
+def wait_for_final_state(page: object, timeout_s: float, while_running: object = None,
+                         every_s: float = 10.0) -> str:
+    """Look at the flow-run page now and then until the run ends, as a person who checks back does;
+    ``while_running(page)`` is called at each look while the run is Running. Between looks the tab
+    shows a blank page: the flow-run page re-renders on every poll, and on two cores that rendering
+    slowed the run it watches."""
+    url = page.url
     deadline = time.monotonic() + timeout_s
-    last_reload = time.monotonic()
     while time.monotonic() < deadline:
+        if page.url != url:
+            page.goto(url)
         state = run_state(page)
         if state in ("Completed", "Failed", "Crashed", "Cancelled"):
             return state
         if while_running is not None and state == "Running":
             while_running(page)
-        page.wait_for_timeout(3000)
-        if time.monotonic() - last_reload > 90:  # the page polls; a reload now and then is what a person does too
-            page.reload()
-            last_reload = time.monotonic()
+        page.goto("about:blank")
+        time.sleep(every_s)
+    page.goto(url)
     raise AssertionError(f"the flow run did not end within {timeout_s:.0f} s (page state: {run_state(page)})")
 
 
