@@ -37,13 +37,16 @@ import yaml
 
 from pipeline_project import REPO_ROOT, make_pipeline_project, run
 from ui_browser import (
+    VIEWPORT,
     Screens,
+    appears,
     browser_context,
     choose,
     fill,
     form_field,
     mlflow_model_training_view,
     newest_logs_first,
+    open_artifacts,
     open_custom_run,
     open_deployment,
     open_tab,
@@ -184,7 +187,7 @@ def test_a_custom_run_in_the_prefect_ui_becomes_a_model_version_in_the_mlflow_ui
             return
         newest_logs_first(page)
         train_lines = page.get_by_text(re.compile(r"^\[train\] .*step \d+/\d+")).filter(visible=True)
-        if train_lines.count():
+        if appears(train_lines, 5000):
             train_lines.first.scroll_into_view_if_needed()
             seen_while_running.append(shot(page, "prefect-flow-run-training").name)
 
@@ -197,11 +200,11 @@ def test_a_custom_run_in_the_prefect_ui_becomes_a_model_version_in_the_mlflow_ui
     for stage in STAGES:
         shown(page, f"stage-{stage}", exact=True).wait_for()
     shot(page, "prefect-task-runs")
-    open_tab(page, "Artifacts")
+    open_artifacts(page)
     for artifact in ("pipeline-progress", "mlflow-run", "distill-run", "promotion"):
         shown(page, artifact, exact=True).wait_for()
-    shown(page, "Task runs", exact=True).scroll_into_view_if_needed()
     shot(page, "prefect-artifacts")
+    page.set_viewport_size(VIEWPORT)
 
     # --- the DVC experiment, in the project; the project itself untouched ---------------------------
     assert _project_state(ui.project) == before
@@ -259,8 +262,9 @@ def test_a_custom_run_in_the_prefect_ui_becomes_a_model_version_in_the_mlflow_ui
 def follow_link_to_mlflow(page: Any, ui: Ui, flow_run_id: str, mlflow_run_id: str) -> Any:
     """Flow run -> Artifacts -> distill-run -> the MLflow run link (it opens a new tab, returned)."""
     page.goto(f"{ui.prefect.ui_url}/runs/flow-run/{flow_run_id}")
-    open_tab(page, "Artifacts")
+    open_artifacts(page)
     shown(page, "distill-run", exact=True).click()
+    page.set_viewport_size(VIEWPORT)
     shown(page, "distill run", exact=True).wait_for()
     ui.screens.shot(page, "prefect-distill-run-artifact")
     link = page.get_by_role("link", name=mlflow_run_id).first
@@ -287,19 +291,21 @@ def test_a_failing_stage_says_which_and_why_on_the_flow_run_page(ui: Ui, tmp_pat
     state = wait_for_final_state(page, 900)
     assert state == "Failed", f"flow run {flow_run_id} ended {state}"
 
-    # the folder's name, not its whole path: the page renders the message as markdown, and the
-    # underscores of pytest's temp folder name (test_a_failing_...) become emphasis there
-    error = re.compile(r"stage 'corpora' failed: error: .*" + re.escape(missing.name) + ".*mirror folder not found")
+    # the folder's name, not its whole path: the page renders the message as markdown (the
+    # underscores of pytest's temp folder name become emphasis, quotes may turn typographic)
+    error = re.compile(r"stage .corpora. failed: error: .*" + re.escape(missing.name) + ".*mirror folder not found")
     shot(page, "prefect-flow-run-failed")
     open_tab(page, "Details")
     shown(page, "State Message", exact=True).scroll_into_view_if_needed()
+    shown(page, "See More", exact=True).click()  # the message is cut after its first line
     shown(page, error).wait_for()
     shot(page, "prefect-flow-run-failed-state-message")
     open_tab(page, "Logs")
     newest_logs_first(page)
     shown(page, error).wait_for()  # the ERROR line of the stage-corpora task
-    open_tab(page, "Artifacts")
+    open_artifacts(page)
     shown(page, "distill-failure", exact=True).click()
+    page.set_viewport_size(VIEWPORT)
     shown(page, "distill failed", exact=True).wait_for()
     shown(page, error).wait_for()
     shown(page, re.compile("the project and its params.yaml are unchanged")).wait_for()

@@ -91,6 +91,18 @@ def shown(page: object, text: object, exact: bool = False) -> object:
     return page.get_by_text(text, exact=exact).filter(visible=True).first
 
 
+def appears(locator: object, timeout_ms: float) -> bool:
+    """Whether ``locator`` shows within ``timeout_ms`` (a page that has just loaded fills in its lists
+    after its first paint, e.g. the flow-run page's "Waiting for logs...")."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+    try:
+        locator.first.wait_for(state="visible", timeout=timeout_ms)
+    except PlaywrightTimeoutError:
+        return False
+    return True
+
+
 def form_field(page: object, title: str) -> object:
     """A parameter of the Custom run form, by the title the form shows above it."""
     pattern = f"^{title}( \\\\(Optional\\\\))?$"  # titles are plain words
@@ -160,8 +172,15 @@ def open_tab(page: object, name: str) -> None:
     page.wait_for_timeout(1500)
 
 
+def open_artifacts(page: object) -> None:
+    """The flow run's Artifacts tab, in a window tall enough for the whole list: the tasks' artifact
+    cards sit below the flow's and render only inside the window (as a person scrolls down)."""
+    open_tab(page, "Artifacts")
+    page.set_viewport_size(TALL_VIEWPORT)
+
+
 def wait_for_final_state(page: object, timeout_s: float, while_running: object = None,
-                         every_s: float = 10.0) -> str:
+                         every_s: float = 2.0) -> str:
     """Look at the flow-run page now and then until the run ends, as a person who checks back does;
     ``while_running(page)`` is called at each look while the run is Running. Between looks the tab
     shows a blank page: the flow-run page re-renders on every poll, and on two cores that rendering
@@ -173,6 +192,7 @@ def wait_for_final_state(page: object, timeout_s: float, while_running: object =
             page.goto(url)
         state = run_state(page)
         if state in ("Completed", "Failed", "Crashed", "Cancelled"):
+            page.wait_for_timeout(1500)  # the page fills in its details after the state badge
             return state
         if while_running is not None and state == "Running":
             while_running(page)
