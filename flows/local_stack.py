@@ -1,17 +1,19 @@
-"""Start a local Prefect stack for this project: server + UI, work pools, deployments, a worker.
+"""The project's local UIs: a Prefect stack (server + UI, work pools, deployments, a worker) and the MLflow UI.
 
-    python flows/local_stack.py                 # UI on http://127.0.0.1:4200, Ctrl-C stops all
-    python flows/local_stack.py --port 4300 --gpu-worker
+    python flows/local_stack.py prefect               # Prefect UI on http://127.0.0.1:4200, Ctrl-C stops all
+    python flows/local_stack.py prefect --port 4300 --gpu-worker
+    python flows/local_stack.py mlflow                # MLflow UI on http://127.0.0.1:5000 over the project's store
 
-Everything binds to 127.0.0.1; Prefect's state lives in ``<project>/.prefect`` (``PREFECT_HOME``).
-The same functions start and stop the stack in the end-to-end test, so the README's command
-is the tested path. Workers are stopped before the server (a worker whose server vanished
-hangs on SIGTERM).
+``scripts/prefect_up.sh`` and ``scripts/mlflow_ui.sh`` run these. Everything binds to 127.0.0.1;
+Prefect's state lives in ``<project>/.prefect`` (``PREFECT_HOME``). The browser tests start and
+stop both UIs with the same classes, so the README's commands are the tested path. Workers are
+stopped before the server (a worker whose server vanished hangs on SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import socket
@@ -19,13 +21,51 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
+
+import psutil
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 POOLS = {"cpu": "default", "gpu": "gpu"}  # work pool -> the queue its deployments use
-STARTUP_TIMEOUT_S = 120.0
+# Seconds to wait for a server to answer: ~5-10 s on a quiet machine, minutes on a loaded 2-core one.
+STARTUP_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 20.0
+# Prefect's sqlite store waits this long for a lock (default 10 s): on a loaded 2-core machine the
+# worker's and the services' writes hold it longer, and the UI shows "Something went wrong" on a 503.
+DATABASE_TIMEOUT_S = "60"
+
+
+def _log_file(log_dir: Path | None, name: str) -> IO[bytes] | None:
+    if log_dir is None:
+        return None
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return open(log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+
+
+def _start(cmd: list[str], env: dict[str, str], log_dir: Path | None, name: str,
+           cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start a server process in its own session (so stopping it stops its children too)."""
+    out = _log_file(log_dir, name)
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
+                            start_new_session=True)
+
+
+def wait_until_up(proc: subprocess.Popen[bytes], url: str, what: str, log_dir: Path | None) -> None:
+    """Return once ``url`` answers 200; raise when ``proc`` exits or STARTUP_TIMEOUT_S passes."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} (see {log_dir or 'its output'})")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    raise RuntimeError(f"{what} did not answer on {url} within {STARTUP_TIMEOUT_S:.0f} s")
 
 
 @dataclass
@@ -51,33 +91,16 @@ class LocalStack:
         from xdistill.env import child_env
 
         return child_env(PREFECT_HOME=str(self.home), PREFECT_API_URL=self.api_url,
-                         PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90")
-
-    def _log(self, name: str):  # noqa: ANN202 - a file object or DEVNULL
-        if self.log_dir is None:
-            return None
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        return open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+                         PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90",
+                         PREFECT_SERVER_DATABASE_TIMEOUT=DATABASE_TIMEOUT_S,
+                         PREFECT_API_LOG_RETRYABLE_ERRORS="true")
 
     def start_server(self) -> None:
         """``prefect server start`` on 127.0.0.1; returns once /api/health answers."""
         self.home.mkdir(parents=True, exist_ok=True)
-        out = self._log("server")
-        self.server = subprocess.Popen(
-            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
-            env=self.env(), stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True,
-        )
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.server.poll() is not None:
-                raise RuntimeError(f"prefect server exited with {self.server.returncode} (see {self.log_dir})")
-            try:
-                with urllib.request.urlopen(f"{self.api_url}/health", timeout=5) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(1)
-        raise RuntimeError(f"prefect server did not answer on {self.api_url} within {STARTUP_TIMEOUT_S:.0f} s")
+        self.server = _start([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                              "--port", str(self.port)], self.env(), self.log_dir, "server")
+        wait_until_up(self.server, f"{self.api_url}/health", "prefect server", self.log_dir)
 
     def prefect(self, *args: str, cwd: Path = PROJECT_ROOT) -> str:
         """Run a ``prefect`` CLI command against this stack; raise with its output on failure."""
@@ -96,37 +119,89 @@ class LocalStack:
         self.prefect("--no-prompt", "deploy", "--all", cwd=project)
 
     def start_worker(self, pool: str = "cpu", extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        out = self._log(f"worker-{pool}-{len(self.workers)}")
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],
-            env={**self.env(), **(extra_env or {})}, stdout=out, stderr=subprocess.STDOUT if out else None,
-            start_new_session=True,
-        )
+        worker = _start([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],
+                        {**self.env(), **(extra_env or {})}, self.log_dir, f"worker-{pool}-{len(self.workers)}")
         self.workers.append(worker)
         return worker
 
     def stop(self) -> None:
         """Stop the workers (and the flow runs they started), then the server."""
         for worker in self.workers:
-            _stop_group(worker)
+            stop_group(worker)
         self.workers.clear()
         if self.server is not None:
-            _stop_group(self.server)
+            stop_group(self.server)
             self.server = None
 
 
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group started with ``proc``, SIGKILL it if it lingers."""
+@dataclass
+class MlflowUi:
+    """``mlflow server`` over a project's tracking store (params.yaml ``register.tracking_uri``)."""
+
+    project: Path
+    port: int
+    log_dir: Path | None = None
+    server: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def store(self) -> str:
+        """The project's store as an absolute URI (``sqlite:///mlflow.db`` -> the project's mlflow.db)."""
+        from xdistill.io import load_params
+        from xdistill.registry.store import resolve_tracking_uri
+
+        register = load_params("register", self.project / "params.yaml")
+        return resolve_tracking_uri(register.get("tracking_uri"), self.project)
+
+    def start(self) -> None:
+        """Start the UI on 127.0.0.1; returns once /health answers."""
+        from xdistill.env import child_env
+
+        store = self.store()
+        if store.startswith(("http://", "https://")):
+            raise ValueError(f"the project tracks to the server {store}: open its UI there")
+        # Without MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false, stopping the server leaves orphan
+        # job-runner processes (shared/docs/stack-notes.md); one worker answers in seconds.
+        env = child_env(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+        self.server = _start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store,
+                              "--registry-store-uri", store, "--host", "127.0.0.1", "--port", str(self.port),
+                              "--workers", "1"], env, self.log_dir, "mlflow", cwd=self.project)
+        wait_until_up(self.server, f"{self.url}/health", "mlflow server", self.log_dir)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            stop_group(self.server)
+            self.server = None
+
+
+def stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process started with ``proc``, its process group and every descendant, SIGKILL what lingers.
+
+    The descendants are looked up first because they need not be in the group: a Prefect process
+    worker starts each flow run in a session of its own, and the distill flow starts `dvc exp run`
+    in another; stopping only the worker's group left them training on.
+    """
     if proc.poll() is not None:
         return
     try:
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        family = []
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+    for member in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.terminate()
+    _, lingering = psutil.wait_procs(family, timeout=STOP_TIMEOUT_S)
+    for member in lingering:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.kill()
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=STOP_TIMEOUT_S)
-    except ProcessLookupError:
-        pass
+    psutil.wait_procs(lingering, timeout=STOP_TIMEOUT_S)
+    proc.wait(timeout=STOP_TIMEOUT_S)
 
 
 def free_port() -> int:
@@ -139,19 +214,47 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _serve_until_interrupted(servers: list[subprocess.Popen[bytes] | None], stop: list[Callable[[], None]]) -> int:
+    """Wait while every server runs; Ctrl-C or a plain `kill` (see main) end in the orderly stop."""
+    try:
+        while all(server is not None and server.poll() is None for server in servers):
+            time.sleep(1)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        for stop_one in stop:
+            stop_one()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--port", type=int, default=4200)
-    parser.add_argument("--home", type=Path, default=PROJECT_ROOT / ".prefect", help="PREFECT_HOME")
-    parser.add_argument("--gpu-worker", action="store_true", help="also start a worker on the gpu pool")
-    parser.add_argument("--no-worker", action="store_true", help="server, pools and deployments only")
+    commands = parser.add_subparsers(dest="command", required=True)
+    prefect = commands.add_parser("prefect", help="Prefect server + UI, pools, deployments, a cpu worker")
+    prefect.add_argument("--port", type=int, default=4200)
+    prefect.add_argument("--home", type=Path, default=PROJECT_ROOT / ".prefect", help="PREFECT_HOME")
+    prefect.add_argument("--gpu-worker", action="store_true", help="also start a worker on the gpu pool")
+    prefect.add_argument("--no-worker", action="store_true", help="server, pools and deployments only")
+    mlflow = commands.add_parser("mlflow", help="the MLflow UI over the project's tracking store")
+    mlflow.add_argument("--port", type=int, default=5000)
     args = parser.parse_args(argv)
-
-    stack = LocalStack(home=args.home.resolve(), port=args.port, log_dir=args.home.resolve() / "logs")
-    # Ctrl-C or a plain `kill` both end in the orderly stop below (a background shell job
-    # starts with SIGINT ignored, so install the handler explicitly).
+    # Ctrl-C or a plain `kill` both end in the orderly stop (a background shell job starts with
+    # SIGINT ignored, so install the handler explicitly), also while the servers start.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _interrupt)
+
+    if args.command == "mlflow":
+        ui = MlflowUi(PROJECT_ROOT, args.port)
+        try:
+            ui.start()
+        except BaseException:
+            ui.stop()
+            raise
+        print(f"MLflow UI: {ui.url}  (store {ui.store()}). Ctrl-C stops it.", flush=True)
+        return _serve_until_interrupted([ui.server], [ui.stop])
+
+    home = args.home.resolve()
+    stack = LocalStack(home=home, port=args.port, log_dir=home / "logs")
     try:
         stack.start_server()
         stack.create_pools()
@@ -160,15 +263,12 @@ def main(argv: list[str] | None = None) -> int:
             stack.start_worker("cpu")
             if args.gpu_worker:
                 stack.start_worker("gpu")
-        print(f"Prefect UI: {stack.ui_url}  (API {stack.api_url}; logs in {stack.log_dir})")
-        print("Deployments: distill/cpu, distill/gpu, stage/gpu, sweep/cpu. Ctrl-C stops everything.")
-        while stack.server is not None and stack.server.poll() is None:
-            time.sleep(1)
-        return 1
-    except KeyboardInterrupt:
-        return 0
-    finally:
+    except BaseException:
         stack.stop()
+        raise
+    print(f"Prefect UI: {stack.ui_url}  (API {stack.api_url}; logs in {stack.log_dir})")
+    print("Deployments: distill/cpu, distill/gpu, sweep/cpu. Ctrl-C stops everything.", flush=True)
+    return _serve_until_interrupted([stack.server], [stack.stop])
 
 
 if __name__ == "__main__":

@@ -4,4 +4,4 @@
 # Options: --port N, --gpu-worker (GPU hosts), --no-worker (see flows/local_stack.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec .venv/bin/python flows/local_stack.py "$@"
+exec .venv/bin/python flows/local_stack.py prefect "$@"
