@@ -390,7 +390,7 @@ def ablation_section(config: Mapping[str, Any], results: Path) -> str:
     for spec, data in variants:
         run, train = data["run"] or {}, data["train"] or {}
         exported = train.get("exported") or train.get("best") or {}
-        student = (data["eval"].get("summary") or {}).get("models", {}).get("student", {})
+        student = _student_summary(data)
         changed = ", ".join(f"`{k}={json.dumps(v)}`" for k, v in (spec.get("overrides") or {}).items()) or "(none)"
         interpolation = train.get("interpolation")
         if interpolation:
