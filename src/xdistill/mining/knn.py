@@ -13,16 +13,9 @@ import faiss
 import numpy as np
 
 from xdistill.errors import XdistillError
+from xdistill.vectors import as_float32_matrix, l2_normalise
 
 INDEX_KINDS = ("flat", "ivf")
-
-
-def as_float32_matrix(array: np.ndarray, name: str = "embeddings") -> np.ndarray:
-    """Return ``array`` as a C-contiguous float32 2-D matrix (faiss' only accepted input)."""
-    matrix = np.ascontiguousarray(array, dtype=np.float32)
-    if matrix.ndim != 2:
-        raise XdistillError(f"{name} must be a 2-D matrix, got shape {matrix.shape}")
-    return matrix
 
 
 def build_index(
@@ -97,8 +90,8 @@ def retrieval_accuracy(src_emb: np.ndarray, tgt_emb: np.ndarray) -> tuple[float,
     L2-normalised here, so the score is cosine similarity; a query counts as correct when its
     nearest neighbour on the other side is its own translation (ties resolve to faiss' order).
     """
-    src = _normalised(as_float32_matrix(src_emb, "src_emb"))
-    tgt = _normalised(as_float32_matrix(tgt_emb, "tgt_emb"))
+    src = l2_normalise(as_float32_matrix(src_emb, "src_emb"))
+    tgt = l2_normalise(as_float32_matrix(tgt_emb, "tgt_emb"))
     if src.shape != tgt.shape:
         raise XdistillError(f"src and tgt embeddings must have the same shape, got {src.shape} vs {tgt.shape}")
     n = src.shape[0]
@@ -108,8 +101,3 @@ def retrieval_accuracy(src_emb: np.ndarray, tgt_emb: np.ndarray) -> tuple[float,
     _, src_to_tgt = knn_search(src, tgt, 1)
     _, tgt_to_src = knn_search(tgt, src, 1)
     return float(np.mean(src_to_tgt[:, 0] == gold)), float(np.mean(tgt_to_src[:, 0] == gold))
-
-
-def _normalised(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    return matrix / np.maximum(norms, 1e-12)

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from xdistill.errors import InputFileError
-from xdistill.mining.knn import as_float32_matrix, knn_search
+from xdistill.mining.knn import knn_search
+from xdistill.vectors import as_float32_matrix
 from xdistill.mining.stream import LineFile
 
 

@@ -23,7 +23,8 @@ from tqdm.auto import tqdm
 
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import atomic_path
-from xdistill.mining.knn import INDEX_KINDS, as_float32_matrix, build_index
+from xdistill.mining.knn import INDEX_KINDS, build_index
+from xdistill.vectors import as_float32_matrix
 from xdistill.mining.margin import MinedPairs, NeighbourLists, mine_from_neighbours
 
 if TYPE_CHECKING:

@@ -13,6 +13,7 @@ from xdistill.errors import XdistillError
 from xdistill.models.packages import missing_package_error
 from xdistill.models.resolve import load_sentence_transformer, resolve_model_dir
 from xdistill.models.sources import MUSE_SPEC, is_inference_only
+from xdistill.vectors import l2_normalise
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -30,12 +31,6 @@ class Encoder(Protocol):
     def encode(
         self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False
     ) -> np.ndarray: ...
-
-
-def _l2_normalise(vectors: np.ndarray) -> np.ndarray:
-    vectors = np.asarray(vectors, dtype=np.float32)
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors / np.maximum(norms, np.float32(1e-12))
 
 
 class SentenceTransformerEncoder:
@@ -83,7 +78,7 @@ class MuseEncoder:
             self._use.encode(texts[start : start + batch_size])
             for start in tqdm(starts, desc="mUSE", disable=not show_progress_bar)
         ]
-        return _l2_normalise(np.concatenate(batches, axis=0))
+        return l2_normalise(np.concatenate(batches, axis=0))
 
 
 def load_encoder(spec: str, device: str | None = None, backend: str = "torch") -> Encoder:

@@ -37,6 +37,7 @@ from xdistill.errors import XdistillError
 from xdistill.evaluation.metrics import mean_or_nan, paired_cosine, spearman_x100
 from xdistill.training.batches import Featurizer, TokenizedPairs, encode_token_ids
 from xdistill.training.pairs import tokenize_texts
+from xdistill.vectors import l2_normalise
 
 # selection metric -> "max" or "min"
 SELECTION_METRICS = {"dev_score": "max", "dev_mse_x100": "min", "dev_accuracy": "max", "dev_sts": "max"}
@@ -189,16 +190,11 @@ def dev_mining_f1(src: np.ndarray, tgt: np.ndarray, *, gold_share: float = DEV_M
     gold, rest = order[:n_gold], order[n_gold:]
     translations = np.concatenate([gold, rest[: len(rest) // 2]])
     sources = np.concatenate([gold, rest[len(rest) // 2 :]])
-    mined = mine_embeddings(_unit(tgt[translations]), _unit(src[sources]), k=min(k, n_gold), margin="ratio",
+    mined = mine_embeddings(l2_normalise(tgt[translations]), l2_normalise(src[sources]), k=min(k, n_gold), margin="ratio",
                             retrieval="max")
     is_gold = (mined.src == mined.tgt) & (mined.src < n_gold)  # gold rows share their index on both sides
     _, f1 = tune_threshold(mined.scores, is_gold, n_gold)
     return 100 * f1
-
-
-def _unit(rows: np.ndarray) -> np.ndarray:
-    rows = np.asarray(rows, dtype=np.float32)
-    return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
 
 
 def _in_teacher_space(embeddings: torch.Tensor, objective: torch.nn.Module, teacher_dim: int) -> torch.Tensor | None:
