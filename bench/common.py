@@ -84,7 +84,7 @@ def save_rows(name: str, rows: list[Row], argv: list[str] | None = None) -> Path
         "command": "python " + " ".join(shlex.quote(a) for a in [script, *argv[1:]]),
         "machine": machine_summary(),
         "date": date.today().isoformat(),
-        "rows": [asdict(r) for r in rows],
+        "rows": portable_paths([asdict(r) for r in rows]),
     }
     path = RESULTS_DIR / f"{name}.json"
     tmp = path.with_suffix(".json.tmp")
@@ -92,6 +92,27 @@ def save_rows(name: str, rows: list[Row], argv: list[str] | None = None) -> Path
     os.replace(tmp, path)
     print_rows(rows)
     return path
+
+
+def portable_path(text: str) -> str:
+    """``text`` without this machine's folders: a path inside the checkout becomes relative to it,
+    a temporary folder becomes ``<tmp>`` (committed results carry no machine path)."""
+    import re
+    import tempfile
+
+    text = text.replace(str(REPO_ROOT) + os.sep, "")
+    return re.sub(re.escape(tempfile.gettempdir()) + r"/[^/\s'\")]+", "<tmp>", text)
+
+
+def portable_paths(value: Any) -> Any:
+    """:func:`portable_path` on every string inside ``value`` (dicts, lists)."""
+    if isinstance(value, str):
+        return portable_path(value)
+    if isinstance(value, dict):
+        return {key: portable_paths(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [portable_paths(item) for item in value]
+    return value
 
 
 def print_rows(rows: list[Row]) -> None:

@@ -36,7 +36,7 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
 
-from common import machine_summary, mirror_dir  # noqa: E402
+from common import machine_summary, mirror_dir, portable_path  # noqa: E402
 from quality_report import TATOEBA_ALL, write_results  # noqa: E402  (the table layout lives in its own module)
 
 CONFIG = REPO_ROOT / "bench" / "quality.yaml"
@@ -161,7 +161,7 @@ def run_tatoeba_all(models: dict[str, str], tatoeba_dir: Path, out_dir: Path, *,
         started = time.monotonic()
         per_language = evaluate_tatoeba(CachedEncoder(load_encoder(spec), show_progress_bar=True), tatoeba_dir,
                                         codes, max_pairs=max_pairs)
-        write_json(target, {"model": spec, "languages": codes, "max_pairs": max_pairs,
+        write_json(target, {"model": portable_path(spec), "languages": codes, "max_pairs": max_pairs,
                             "average": mean_or_nan([r["average"] for r in per_language.values()]),
                             "scores": per_language, "seconds": round(time.monotonic() - started),
                             "machine": machine_summary(), "command": "python bench/quality.py tatoeba-all"})

@@ -482,11 +482,13 @@ def push_experiment(workspace: str, root: str, name: str) -> str:
 
 
 @task(retries=2, retry_delay_seconds=5, task_run_name="record-mlflow-run")
-def record_mlflow_run(workspace: str, exp_name: str, exp_rev: str) -> dict[str, Any]:
+def record_mlflow_run(workspace: str, project: str, exp_name: str, exp_rev: str) -> dict[str, Any]:
     """Link the MLflow run on the Prefect run, and the DVC experiment and Prefect run on the MLflow run."""
     from xdistill.registry.store import client_for
 
-    registration = json.loads((Path(workspace) / "metrics" / "register.json").read_text(encoding="utf-8"))
+    registration = _registration(Path(workspace), Path(project))
+    if registration is None:
+        raise RuntimeError(f"the register stage wrote no {Path(workspace) / 'metrics' / 'register.json'}")
     url = mlflow_run_url(registration)
     client = client_for(registration["tracking_uri"])
     client.set_tag(registration["run_id"], "dvc_experiment_rev", exp_rev)
@@ -584,13 +586,13 @@ def distill(
     values = run_params(languages, teacher, student, train_steps, loss_weights, mirror, overrides)
     workspace = prepare_workspace(str(root), name, workspace_parent if _is_set(workspace_parent) else None)
     saved = False
-    committed_registration = _registration(Path(workspace))  # from the project's last commit, if any
+    committed_registration = _registration(Path(workspace), root)  # from the project's last commit, if any
     try:
         params = set_params(workspace, values)
         run_experiment(Path(workspace), root, name)
         rev = push_experiment(workspace, str(root), name)
         saved = True
-        registration = record_mlflow_run(workspace, name, rev)
+        registration = record_mlflow_run(workspace, str(root), name, rev)
         result: dict[str, Any] = {"experiment": name, "experiment_rev": rev, "mlflow_run_id": registration["run_id"],
                                   "model_version": registration["model_version"], "mlflow_url": mlflow_run_url(registration)}
         if promote:
@@ -600,7 +602,7 @@ def distill(
         return result
     except BaseException as exc:
         if not saved:
-            _unregister_unsaved(Path(workspace), committed_registration)
+            _unregister_unsaved(Path(workspace), root, committed_registration)
         if isinstance(exc, Exception):
             create_markdown_artifact(key="distill-failure", markdown=_failure_markdown(exc, saved),
                                      description=f"why {name} failed")
@@ -654,14 +656,18 @@ def stage_env(root: Path, workspace: Path) -> dict[str, str]:
     }
 
 
-def _registration(workspace: Path) -> dict[str, Any] | None:
+def _registration(workspace: Path, project: Path) -> dict[str, Any] | None:
+    """The workspace's ``metrics/register.json`` with its store made absolute: a relative store URI is
+    relative to the registry root, which the stages were pointed at (the project)."""
+    from xdistill.registry.register import read_registration
+
     register_file = workspace / "metrics" / "register.json"
-    return json.loads(register_file.read_text(encoding="utf-8")) if register_file.is_file() else None
+    return read_registration(register_file, project=project) if register_file.is_file() else None
 
 
-def _unregister_unsaved(workspace: Path, committed: dict[str, Any] | None) -> None:
+def _unregister_unsaved(workspace: Path, project: Path, committed: dict[str, Any] | None) -> None:
     """The register stage ran in this run but the experiment was never saved: take the version back out."""
-    registration = _registration(workspace)
+    registration = _registration(workspace, project)
     if registration is None or registration == committed:
         return  # nothing registered by this run (a committed register.json is another run's)
     from xdistill.registry.register import unregister

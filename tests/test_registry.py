@@ -29,7 +29,7 @@ from xdistill.registry.promotion import (
 )
 from xdistill.registry.register import RegisterConfig, read_registration, register_run
 from xdistill.registry.scores import Scores
-from xdistill.registry.store import client_for, promotion_lock_path, resolve_tracking_uri
+from xdistill.registry.store import REGISTRY_ROOT_ENV, client_for, promotion_lock_path, resolve_tracking_uri
 
 GATE = PromoteConfig(margin=0.01, tolerance=0.02, compare_with=("champion",))
 CHAMPION_ONLY = ("champion",)
@@ -238,6 +238,24 @@ def test_racing_promotions_leave_the_winner(tmp_path: Path, tracking_uri: str) -
 
 
 # --- the register stage ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_register_from_a_workspace_records_the_store_relative_to_the_registry_root(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # as the Prefect flows run it: the stage in a private workspace, the store in the project
+    project = tmp_path / "project"
+    project.mkdir()
+    workspace = make_outputs_project(tmp_path / "workspace", 0.42, {"de": 0.5})
+    monkeypatch.chdir(workspace)
+    monkeypatch.setenv(REGISTRY_ROOT_ENV, str(project))
+    registration = register_run(workspace)
+
+    assert registration.tracking_uri == resolve_tracking_uri("sqlite:///mlflow.db", project)
+    assert (project / "mlflow.db").is_file() and not (workspace / "mlflow.db").exists()
+    record = json.loads((workspace / "metrics" / "register.json").read_text())
+    assert record["tracking_uri"] == "sqlite:///mlflow.db"  # no machine path, though the store is elsewhere
+    assert read_registration(workspace / "metrics" / "register.json", project=project) == registration.as_dict()
 
 
 @pytest.mark.slow

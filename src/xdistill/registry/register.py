@@ -38,6 +38,7 @@ from xdistill.registry.store import (
     flatten,
     local_store_path,
     numeric_leaves,
+    registry_root,
     resolve_tracking_uri,
 )
 
@@ -90,7 +91,7 @@ class Registration:
         return dict(self.__dict__)
 
     def as_record(self, root: Path) -> dict[str, str]:
-        """The content of ``register.json`` in the project folder ``root`` (no machine path of a local store there)."""
+        """The content of ``register.json``: a local store inside ``root`` (the registry root) as a relative URI."""
         return {**self.as_dict(), "tracking_uri": portable_tracking_uri(self.tracking_uri, root)}
 
 
@@ -163,7 +164,9 @@ def register_run(root: str | Path = ".", config: RegisterConfig | None = None) -
                 model_uri=f"models:/{config.model_name}/{version}",
                 tracking_uri=tracking_uri,
             )
-            write_json_atomic(root / REGISTER_FILE, registration.as_record(root))
+            # relative to the folder a relative store resolves against (the project; the Prefect flows
+            # point it at the project from their private workspaces), so no machine path is committed
+            write_json_atomic(root / REGISTER_FILE, registration.as_record(registry_root()))
     except BaseException:
         _undo(client, config.model_name, version, run_id)
         raise
