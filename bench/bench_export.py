@@ -17,7 +17,7 @@ Targets (issue 14): >= 3x the reference's encoding speed with <= 1 point loss on
 Tatoeba averages; <= 50M parameters and <= 100 MB on disk.
 
     python bench/bench_export.py                   # needs models/student, data/parallel, data/raw (dvc repro)
-    python bench/bench_export.py --light "6 layers=PATH"   # + a trained light student's ONNX int8
+    python bench/bench_export.py --light "6 layers=PATH"   # + a trained light student, PyTorch fp32 and ONNX int8
     python bench/bench_export.py --tiny            # seconds-to-minutes smoke run; prints only
     python bench/bench_export.py tatoeba-all       # Tatoeba, 112 languages: untrained mE5 full vs trimmed
 """
@@ -211,9 +211,10 @@ def run_speed(args: argparse.Namespace) -> None:
             "trimmed, ONNX fp32 (onnxruntime)": (exported, "onnx"),
             "trimmed, ONNX dynamic int8 (onnxruntime)": (exported, "onnx-int8"),
         }
-        for label, folder in light_students(args.light):  # smaller students: their fastest export
+        for label, folder in light_students(args.light):  # smaller students: as trained, and their fastest export
             light_export = Path(tmp) / f"light-{len(variants)}"
             export_student(folder, light_export)
+            variants[f"{label}, PyTorch fp32"] = (folder, "torch")
             variants[f"{label}, ONNX dynamic int8"] = (light_export, "onnx-int8")
         rows = [trimming_row(student, trimmed, trim)]
         rows += export_rows(student, variants, real_sentences(args.sentences), languages,
@@ -278,7 +279,7 @@ def main() -> None:
     parser.add_argument("--raw-dir", default=str(ROOT / "data/raw"), help="staged corpora: eval/ sets (trimming, quality)")
     parser.add_argument("--languages", nargs="+", default=None, help="Tatoeba languages (default: params.yaml)")
     parser.add_argument("--light", nargs="*", default=[], metavar="LABEL=FOLDER",
-                        help="also export these light students and time their ONNX int8 against the fp32 student")
+                        help="also time these light students (PyTorch fp32 and ONNX int8) against the fp32 student")
     parser.add_argument("--json", default=None, help="also write the rows here (tests)")
     parser.add_argument("--tiny", action="store_true", help="small sizes; print only")
     args = parser.parse_args()

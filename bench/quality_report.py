@@ -429,7 +429,10 @@ def light_section(config: Mapping[str, Any], results: Path) -> str:
              f"Targets: <= 50M parameters and <= 100 MB on disk keeping >= {LIGHT_KEEP_TARGET:.0f} % of the full "
              "student's STS17 and Tatoeba averages; the 128-d student faster than the 384-d one. Size: the exported "
              "fp32 folder (`xdistill export` writes fp16 and int8 copies: BENCHMARKS.md). Speed: "
-             "`SentenceTransformer.encode` of 512 FLORES English sentences on the 2-core CPU.", "",
+             "`SentenceTransformer.encode` of 512 FLORES English sentences on the 2-core CPU, measured at the end of each "
+             "run, so rows run on different days differ by the machine's speed of that day as well (up to 1.6x was seen "
+             "on the same code); the side-by-side measurement of a light student against the full one in one process is "
+             "`python bench/bench_export.py --light LABEL=FOLDER` (BENCHMARKS.md).", "",
              "| " + " | ".join(headers) + " |", "|---|---|" + "---:|" * (len(headers) - 3) + "---|"]
     rows = [({"name": full_spec["name"], "label": "full student (the default recipe)"}, full_data), *variants]
     for spec, data in rows:
