@@ -116,9 +116,9 @@ def test_lora_adapters_train_and_are_merged_into_a_plain_export(setup: dict[str,
     weights = load_weights(tmp_path / "student")
     assert not any("lora" in name for name in weights), "adapters must be merged before export"
     base = SentenceTransformer(str(setup["student"]), device="cpu")
-    from xdistill.training.student import keep_first_layers
+    from xdistill.training.student import keep_layers
 
-    keep_first_layers(base, 1)
+    keep_layers(base, 1)
     assert not np.allclose(_encode(model), _encode(base), atol=1e-4), "LoRA changed nothing"
     assert result.best["dev_mse_x100"] < result.initial["dev_mse_x100"]
 
@@ -157,14 +157,14 @@ def test_interpolation_ends_reproduce_the_start_and_the_trained_student(setup: d
 
 def test_interpolation_from_the_base_starts_at_the_base_itself(setup: dict[str, Path], tmp_path: Path) -> None:
     """interpolation_from: base -> a = 0 is the untrained base (its weights, an identity head): same embeddings."""
-    from xdistill.training.student import keep_first_layers
+    from xdistill.training.student import keep_layers
 
     common = {"steps": 4, "eval_every": 4, "learning_rate": 2e-3,
               "student": {"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "least_squares"}}
     result, model = _train(setup, tmp_path / "base0", interpolation=[0.0], interpolation_from="base", **common)
     assert result.interpolation["from"] == "base" and result.interpolation["alpha"] == 0.0
     base = SentenceTransformer(str(setup["student"]), device="cpu")
-    keep_first_layers(base, 1)
+    keep_layers(base, 1)
     np.testing.assert_allclose(_encode(model), _encode(base), atol=1e-5)
     # the untrained base is not in the teacher's space; the trained end is
     _, trained = _train(setup, tmp_path / "base1", interpolation=[1.0], interpolation_from="base", **common)

@@ -17,6 +17,7 @@ from xdistill.errors import XdistillError
 from xdistill.training.student import (
     StudentConfig,
     build_student,
+    kept_layer_indices,
     load_trainable_state_dict,
     save_student,
     trainable_state_dict,
@@ -46,6 +47,28 @@ def test_keep_layers_freeze_and_dense_head(base: str) -> None:
     torch.manual_seed(12345)
     again = build_student(StudentConfig(base, keep_layers=2, output_dim=16, max_seq_length=40), seed=3)
     np.testing.assert_array_equal(again.encode(SENTENCES), embeddings)
+
+
+def test_spread_layer_selection_keeps_evenly_spaced_layers_ending_with_the_last(base: str, tmp_path: Path) -> None:
+    assert kept_layer_indices(12, 6, "spread") == [1, 3, 5, 7, 9, 11]
+    assert kept_layer_indices(12, 4, "spread") == [2, 5, 8, 11]
+    assert kept_layer_indices(12, 6, "first") == [0, 1, 2, 3, 4, 5]
+    full = SentenceTransformer(base, device="cpu")
+    full_layers = transformer_backbone(full).encoder.layer
+    student = build_student(StudentConfig(base, keep_layers=3, layer_selection="spread"))
+    kept = transformer_backbone(student).encoder.layer
+    assert len(kept) == 3 and transformer_backbone(student).config.num_hidden_layers == 3
+    for position, index in enumerate([1, 3, 5]):
+        for (name, tensor), reference in zip(kept[position].state_dict().items(),
+                                             full_layers[index].state_dict().values()):
+            assert torch.equal(tensor, reference), (position, name)
+    first = build_student(StudentConfig(base, keep_layers=3))
+    assert not np.allclose(first.encode(SENTENCES), student.encode(SENTENCES), atol=1e-3)
+    # all six kept: the base model itself
+    same = build_student(StudentConfig(base, keep_layers=6, layer_selection="spread"))
+    np.testing.assert_allclose(same.encode(SENTENCES), full.encode(SENTENCES), atol=1e-6)
+    loaded = SentenceTransformer(str(save_student(student, tmp_path / "spread")), device="cpu")
+    np.testing.assert_allclose(loaded.encode(SENTENCES), student.encode(SENTENCES), atol=1e-6)
 
 
 def test_saved_student_loads_with_sentence_transformers(base: str, tmp_path: Path) -> None:
@@ -93,5 +116,7 @@ def test_trainable_state_dict_round_trip_skips_frozen_table(base: str) -> None:
 def test_bad_student_options_fail_clearly(base: str) -> None:
     with pytest.raises(XdistillError, match="keep_layers=9: the base model has 6 layers"):
         build_student(StudentConfig(base, keep_layers=9))
+    with pytest.raises(XdistillError, match="layer_selection must be one of"):
+        StudentConfig(base, keep_layers=2, layer_selection="last")
     with pytest.raises(XdistillError, match="unknown keys"):
         StudentConfig.from_params(base, {"layers": 2}, 64)
