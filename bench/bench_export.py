@@ -20,6 +20,7 @@ Tatoeba averages; <= 50M parameters and <= 100 MB on disk.
     python bench/bench_export.py --light "6 layers=PATH"   # + a trained light student, PyTorch fp32 and ONNX int8
     python bench/bench_export.py --tiny            # seconds-to-minutes smoke run; prints only
     python bench/bench_export.py tatoeba-all       # Tatoeba, 112 languages: untrained mE5 full vs trimmed
+                                                   # (BENCHMARKS.md section "vocabulary")
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ MAX_LOSS_POINTS = 1.0
 MAX_PARAMETERS = 50_000_000
 MAX_DISK_MB = 100.0
 BATCH = 64
+DEFAULT_BASE = "pypi:multilingual-e5-small"
 # Loading a student in a fresh process: load time and peak memory (ru_maxrss of that process).
 LOAD_PROBE = """
 import json, resource, sys, time
@@ -109,7 +111,7 @@ def trimming_row(student: Path, trimmed: Path, trim: dict[str, Any]) -> Row:
         reference=(f"{facts['full'] / 1e6:.1f}M params, {full_mb:.0f} MB, load {full['load_s']:.1f} s, "
                    f"peak {full['peak_mb']:.0f} MB (full vocabulary)"),
         ratio=f"{facts['full'] / facts['trimmed']:.2f}x fewer params, {full_mb / small_mb:.2f}x smaller",
-        target="none (what trimming keeps and costs; quality: tatoeba-all)",
+        target="none (what trimming keeps and costs; its Tatoeba cost per language: section vocabulary)",
         passed=None,
         details={"trim": trim, "full": {**full, "parameters": facts["full"], "disk_mb": full_mb},
                  "trimmed": {**small, "parameters": facts["trimmed"], "disk_mb": small_mb}},
@@ -240,28 +242,80 @@ def light_students(specs: list[str]) -> list[tuple[str, Path]]:
 
 
 def run_tatoeba_all(args: argparse.Namespace) -> None:
-    """Tatoeba on every language: the untrained mE5 student with the full vs the trimmed vocabulary."""
+    """Tatoeba on every language: the untrained mE5 student (``--base``) with the full vs the trimmed vocabulary.
+
+    The trimmed copy keeps the pieces of ``--parallel-dir`` and ``--raw-dir``'s evaluation sets (the
+    configured languages and English); the rows compare the two on all languages, on the configured
+    ones (expected: identical, their sentences tokenise to the same pieces) and on the rest.
+    """
     from quality import run_tatoeba_all as score_all
 
     from common import mirror_dir
     from xdistill.models import resolve_model_dir
 
-    out = RESULTS_DIR / "vocabulary_tatoeba_all"
-    full_spec = "pypi:multilingual-e5-small"
+    out = Path(args.work_dir) if args.work_dir else RESULTS_DIR / "vocabulary_tatoeba_all"
     trimmed = out / ".trimmed-e5"  # not committed (.gitignore)
     if not (trimmed / "modules.json").is_file():
-        trim_student(resolve_model_dir(full_spec), trimmed,
-                     [ROOT / "data/parallel/train.tsv.gz", ROOT / "data/parallel/dev.tsv.gz"], ROOT / "data/raw")
+        parallel_dir = Path(args.parallel_dir)
+        trim_student(resolve_model_dir(args.base), trimmed,
+                     [parallel_dir / "train.tsv.gz", parallel_dir / "dev.tsv.gz"], Path(args.raw_dir))
     earlier = RESULTS_DIR / "quality" / "tatoeba_all" / "student-untrained.json"
-    if not (out / "e5-untrained-full.json").is_file() and earlier.is_file() and args.max_pairs is None:
+    reuse = args.base == DEFAULT_BASE and args.max_pairs is None and args.codes is None
+    if reuse and not (out / "e5-untrained-full.json").is_file() and earlier.is_file():
         # the quality run already scored the same untrained student on all languages: reuse it
         out.mkdir(parents=True, exist_ok=True)
         (out / "e5-untrained-full.json").write_text(earlier.read_text(encoding="utf-8"), encoding="utf-8")
-    score_all({"e5-untrained-full": full_spec, "e5-untrained-trimmed": str(trimmed)},
-              mirror_dir() / "eval" / "tatoeba-laser", out, max_pairs=args.max_pairs)
-    summary = {key: json.loads((out / f"{key}.json").read_text(encoding="utf-8"))
-               for key in ("e5-untrained-full", "e5-untrained-trimmed")}
-    print(json.dumps({key: round(value["average"], 2) for key, value in summary.items()}), machine_summary())
+    score_all({"e5-untrained-full": args.base, "e5-untrained-trimmed": str(trimmed)},
+              mirror_dir() / "eval" / "tatoeba-laser", out, codes=args.codes, max_pairs=args.max_pairs)
+    scores = {key: json.loads((out / f"{key}.json").read_text(encoding="utf-8"))["scores"]
+              for key in ("e5-untrained-full", "e5-untrained-trimmed")}
+    rows = trimming_tatoeba_rows(scores["e5-untrained-full"], scores["e5-untrained-trimmed"],
+                                 configured_tatoeba_codes(args.languages), args.max_pairs)
+    report_rows("vocabulary", rows, args.tiny or args.max_pairs is not None or args.codes is not None, args.json)
+    print(machine_summary())
+
+
+def configured_tatoeba_codes(languages: list[str] | None) -> list[str]:
+    """Tatoeba (ISO 639-3) codes of the configured languages (``--languages``, else params.yaml)."""
+    import yaml
+
+    from xdistill.data.languages import placeholders
+
+    languages = languages or yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["languages"]
+    return [placeholders(lang)["lang3"] for lang in languages]
+
+
+def trimming_tatoeba_rows(full: dict[str, dict], trimmed: dict[str, dict], configured: list[str],
+                          max_pairs: int | None) -> list[Row]:
+    """Rows comparing per-language Tatoeba accuracy (mean of both directions) of the trimmed and full student."""
+    codes = sorted(set(full) & set(trimmed))
+    kept = [code for code in codes if code in configured]
+    others = [code for code in codes if code not in configured]
+    pairs = "every pair" if max_pairs is None else f"first {max_pairs} pairs"
+    rows = []
+    for label, group, target in (
+            (f"all {len(codes)} languages", codes, None),
+            (f"the configured languages ({', '.join(kept)})", kept, 0.0),
+            (f"the other {len(others)} languages", others, None)):
+        if not group:
+            continue
+        ours = sum(trimmed[code]["average"] for code in group) / len(group)
+        reference = sum(full[code]["average"] for code in group) / len(group)
+        losses = sorted(((trimmed[code]["average"] - full[code]["average"], code) for code in group))
+        worst = ", ".join(f"{code} {delta:+.1f}" for delta, code in losses[:5] if delta < 0) or "none"
+        rows.append(Row(
+            benchmark=(f"Tatoeba accuracy ({pairs} per language, both directions), untrained mE5-small with the "
+                       f"trimmed vocabulary (train.student.vocabulary: corpus) vs the full one: {label}"),
+            ours=f"{ours:.1f} (largest losses: {worst})",
+            reference=f"{reference:.1f} (full vocabulary)",
+            ratio=f"{ours - reference:+.1f} points",
+            target="no loss (their sentences tokenise to the same pieces)" if target is not None
+            else "none (languages outside the configuration are expected to lose)",
+            passed=None if target is None else ours - reference >= -0.05,
+            details={"languages": group, "trimmed": ours, "full": reference,
+                     "per_language_delta": {code: round(delta, 2) for delta, code in losses}},
+        ))
+    return rows
 
 
 def main() -> None:
@@ -271,6 +325,8 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-pairs", type=int, default=None, help="tatoeba-all: pairs per language")
+    parser.add_argument("--codes", nargs="+", default=None, help="tatoeba-all: Tatoeba language codes (default: all)")
+    parser.add_argument("--base", default=DEFAULT_BASE, help="tatoeba-all: the untrained student to trim")
     parser.add_argument("--tatoeba-pairs", type=int, default=1000, help="Tatoeba pairs per language (quality)")
     parser.add_argument("--exported", default=None, help="reuse this export of the trimmed student")
     parser.add_argument("--work-dir", default=None, help="where the trimmed student and exports are written")

@@ -47,3 +47,30 @@ def test_bench_export_tiny_reports_trimming_and_every_export(tmp_path: Path) -> 
         assert all(abs(delta) < 0.2 for delta in row["details"]["deltas"].values()), row
     assert all(abs(delta) < 5 for delta in exports[3]["details"]["deltas"].values())
     assert exports[3]["details"]["disk_mb"] < exports[2]["details"]["disk_mb"]
+
+
+def test_bench_export_tatoeba_all_compares_the_trimmed_vocabulary_per_language_group(tmp_path: Path) -> None:
+    student = save_student(tiny_e5_student(), tmp_path / "student")
+    pairs = {"de": tatoeba_pairs("de", 30)}
+    write_parallel(tmp_path / "parallel/train.tsv.gz", pairs)
+    write_parallel(tmp_path / "parallel/dev.tsv.gz", {"de": pairs["de"][:5]})
+    (tmp_path / "raw" / "eval" / "tatoeba-laser").mkdir(parents=True)
+    for side in ("deu", "eng"):  # German is the configured language: its test set is staged
+        name = f"tatoeba.deu-eng.{side}"
+        shutil.copy(mirror_dir() / "eval" / "tatoeba-laser" / name, tmp_path / "raw" / "eval" / "tatoeba-laser" / name)
+    rows_file = tmp_path / "rows.json"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_export.py"), "tatoeba-all", "--tiny",
+                           "--base", str(student), "--parallel-dir", str(tmp_path / "parallel"),
+                           "--raw-dir", str(tmp_path / "raw"), "--languages", "de", "--codes", "deu", "ell",
+                           "--max-pairs", "40", "--work-dir", str(tmp_path / "out"), "--json", str(rows_file)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    every, configured, other = json.loads(rows_file.read_text())
+    assert every["details"]["languages"] == ["deu", "ell"] and "all 2 languages" in every["benchmark"]
+    # German tokenises to the same pieces after trimming: the very same accuracy
+    assert configured["details"]["languages"] == ["deu"] and configured["passed"] is True
+    assert configured["details"]["trimmed"] == configured["details"]["full"]
+    # Greek's script is absent from the German/English corpus: its pieces are gone and it loses
+    assert other["details"]["languages"] == ["ell"] and other["passed"] is None
+    assert other["details"]["trimmed"] < other["details"]["full"]
+    assert (tmp_path / "out" / "e5-untrained-trimmed.json").is_file()
