@@ -110,6 +110,15 @@ def test_dev_mining_separates_aligned_from_shuffled_translations(tmp_path: Path)
     assert identical == 100.0  # every gold pair is its own best match, every distractor scores lower
     assert shuffled < 15 < aligned < 100  # an English model still matches some German (measured: 27 vs 6)
     assert np.isnan(dev_mining_f1(src[:10], tgt[:10]))  # too few pairs to build the task
+    # transfer: the threshold tuned on one half is scored on the other, as the evaluation's mining does
+    transferred = {name: dev_mining_f1(src, other, threshold="transfer")
+                   for name, other in {"identical": src, "aligned": tgt}.items()}
+    assert transferred["identical"] < 100  # measured 86: a cut tuned on one half misplaces gold pairs of the other
+    assert transferred["aligned"] < aligned  # measured 22 vs 27
+    assert dev_mining_f1(src, tgt[np.random.default_rng(0).permutation(len(tgt))], threshold="transfer") < 15
+    assert np.isnan(dev_mining_f1(src[:30], tgt[:30], threshold="transfer"))  # 15 pairs a half are too few
+    with pytest.raises(XdistillError, match="oracle, transfer"):
+        dev_mining_f1(src, tgt, threshold="best")
 
 
 def test_linear_schedule_warms_up_then_decays_to_zero() -> None:
@@ -148,6 +157,8 @@ def test_params_are_validated() -> None:
         TrainParams.from_params({"threads": 2})
     with pytest.raises(XdistillError, match="dev_score_weights: unknown keys"):
         TrainParams.from_params({"dev_score_weights": {"stss": 1.0}})
+    with pytest.raises(XdistillError, match="dev_mining_threshold must be one of oracle, transfer"):
+        TrainParams.from_params({"dev_mining_threshold": "best"})
     with pytest.raises(XdistillError, match="interpolation: every weight must be in"):
         TrainParams.from_params({"interpolation": [0.5, 1.5]})
     with pytest.raises(XdistillError, match="selection_metric"):

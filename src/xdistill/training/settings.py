@@ -14,7 +14,7 @@ from typing import Any
 
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
-from xdistill.training.validation import SELECTION_METRICS, DevScoreWeights
+from xdistill.training.validation import DEV_MINING_THRESHOLDS, SELECTION_METRICS, DevScoreWeights
 
 
 @dataclass
@@ -35,6 +35,7 @@ class TrainParams:
     early_stopping_patience: int | None = 3
     selection_metric: str = "dev_score"
     dev_score_weights: dict[str, float] = field(default_factory=dict)
+    dev_mining_threshold: str = "oracle"  # "oracle" | "transfer" (validation.dev_mining_f1)
     interpolation: list[float] | None = None
     interpolation_from: str = "start"  # "start": the student as training started; "base": the untrained base
     collapse_threshold: float = 0.95
@@ -71,6 +72,9 @@ class TrainParams:
         if self.eval_every < 1 or self.checkpoint_every < 1:
             raise XdistillError("params train: eval_every and checkpoint_every must be >= 1")
         DevScoreWeights.from_params(self.dev_score_weights)
+        if self.dev_mining_threshold not in DEV_MINING_THRESHOLDS:
+            raise XdistillError(f"params train.dev_mining_threshold must be one of {', '.join(DEV_MINING_THRESHOLDS)}, "
+                                f"got {self.dev_mining_threshold!r}")
         if self.interpolation is not None:
             from xdistill.training.interpolation import check_alphas
 

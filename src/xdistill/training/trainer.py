@@ -160,7 +160,7 @@ class _Run:
 
     def measure(self) -> dict[str, float]:
         return validate(self.student, self.objective, self.featurize, self.validation, self.params.eval_batch_size,
-                        self.weights)
+                        self.weights, self.params.dev_mining_threshold)
 
 
 def train_student(

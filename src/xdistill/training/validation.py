@@ -127,8 +127,10 @@ class _UniqueTexts:
 
 
 def validate(student, objective: torch.nn.Module, featurize: Featurizer, data: ValidationData, batch_size: int,
-             weights: DevScoreWeights) -> dict[str, float]:
-    """Every dev metric of the student as it is now (see the module docstring); all in points but MSE and cosine."""
+             weights: DevScoreWeights, mining_threshold: str = "oracle") -> dict[str, float]:
+    """Every dev metric of the student as it is now (see the module docstring); all in points but MSE and cosine.
+
+    ``mining_threshold`` is how dev mining sets its score threshold (:func:`dev_mining_f1`)."""
     from xdistill.mining.knn import retrieval_accuracy
 
     texts = _UniqueTexts()
@@ -157,7 +159,7 @@ def validate(student, objective: torch.nn.Module, featurize: Featurizer, data: V
     else:
         metrics["dev_teacher_accuracy"] = float("nan")
     metrics["dev_mean_pairwise_cosine"] = mean_pairwise_cosine(torch.cat([src, tgt]))
-    metrics["dev_mining_f1"] = dev_mining_f1(src.numpy(), tgt.numpy())
+    metrics["dev_mining_f1"] = dev_mining_f1(src.numpy(), tgt.numpy(), threshold=mining_threshold)
     metrics.update(_sts_scores(data.sts, sts_rows, embeddings.numpy()))
     metrics["dev_score"] = weights.combine({"sts": metrics["dev_sts"], "accuracy": metrics["dev_accuracy"],
                                             "teacher_accuracy": metrics["dev_teacher_accuracy"],
@@ -167,34 +169,76 @@ def validate(student, objective: torch.nn.Module, featurize: Featurizer, data: V
 
 DEV_MINING_GOLD_SHARE = 0.2  # FLORES mining uses 5 %; on a few hundred dev pairs that is too few gold pairs
 DEV_MINING_MIN_PAIRS = 20
+DEV_MINING_THRESHOLDS = ("oracle", "transfer")
 
 
 def dev_mining_f1(src: np.ndarray, tgt: np.ndarray, *, gold_share: float = DEV_MINING_GOLD_SHARE, k: int = 4,
-                  seed: int = 0) -> float:
+                  seed: int = 0, threshold: str = "oracle") -> float:
     """BUCC-style mining F1 x 100 on held-out pairs (rows of ``src``/``tgt`` are translations).
 
     A fixed random ``gold_share`` of the pairs keeps both sides; of the rest, half keep only the
     translation and half only the English source, so every kept sentence without its partner is
     a distractor. Translations are mined against sources with the ratio margin (k neighbours, both
-    directions, as the evaluation's mining) and F1 is taken at its best threshold (a development
-    measure, so the threshold is not transferred). NaN with fewer than 20 pairs.
+    directions, as the evaluation's mining). NaN with fewer than 20 pairs (per half with ``transfer``).
+
+    ``threshold``: ``oracle`` takes F1 at the best threshold on the same pairs; ``transfer`` splits
+    the pairs in two halves, builds the task on each, tunes the threshold on one half and scores it
+    on the other (both ways, F1 averaged), as the evaluation's mining tunes on its train split and
+    reports its test split: a student whose margin scores shift between samples loses precision
+    here as it does there, which the oracle cannot see.
     """
+    if threshold not in DEV_MINING_THRESHOLDS:
+        raise XdistillError(f"dev mining threshold must be one of {', '.join(DEV_MINING_THRESHOLDS)}, got {threshold!r}")
+    order = np.random.default_rng(seed).permutation(len(src))
+    if threshold == "oracle":
+        task = _dev_mining_task(src[order], tgt[order], gold_share, k)
+        return float("nan") if task is None else 100 * _best_f1(*task)
+    halves = [order[: len(order) // 2], order[len(order) // 2 :]]
+    tasks = [_dev_mining_task(src[half], tgt[half], gold_share, k) for half in halves]
+    if any(task is None for task in tasks):
+        return float("nan")
     from xdistill.mining.bucc import tune_threshold
+
+    scores = []
+    for tune, test in ((tasks[0], tasks[1]), (tasks[1], tasks[0])):
+        cut, _ = tune_threshold(*tune)
+        scores.append(_f1_at(cut, *test))
+    return 100 * float(np.mean(scores))
+
+
+def _dev_mining_task(src: np.ndarray, tgt: np.ndarray, gold_share: float,
+                     k: int) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """Mine the task built from these pairs (the first ``gold_share`` of rows are gold):
+    ``(margin scores, is_gold per candidate, n_gold)``, or None with too few pairs."""
     from xdistill.mining.margin import mine_embeddings
 
     n = len(src)
     if n < DEV_MINING_MIN_PAIRS:
-        return float("nan")
-    order = np.random.default_rng(seed).permutation(n)
+        return None
     n_gold = max(1, round(n * gold_share))
-    gold, rest = order[:n_gold], order[n_gold:]
-    translations = np.concatenate([gold, rest[: len(rest) // 2]])
-    sources = np.concatenate([gold, rest[len(rest) // 2 :]])
+    rest = np.arange(n_gold, n)
+    translations = np.concatenate([np.arange(n_gold), rest[: len(rest) // 2]])
+    sources = np.concatenate([np.arange(n_gold), rest[len(rest) // 2 :]])
     mined = mine_embeddings(l2_normalise(tgt[translations]), l2_normalise(src[sources]), k=min(k, n_gold), margin="ratio",
                             retrieval="max")
     is_gold = (mined.src == mined.tgt) & (mined.src < n_gold)  # gold rows share their index on both sides
-    _, f1 = tune_threshold(mined.scores, is_gold, n_gold)
-    return 100 * f1
+    return mined.scores, is_gold, n_gold
+
+
+def _best_f1(scores: np.ndarray, is_gold: np.ndarray, n_gold: int) -> float:
+    from xdistill.mining.bucc import tune_threshold
+
+    return tune_threshold(scores, is_gold, n_gold)[1]
+
+
+def _f1_at(cut: float, scores: np.ndarray, is_gold: np.ndarray, n_gold: int) -> float:
+    """F1 of keeping the candidates scoring at least ``cut``."""
+    kept = scores >= cut
+    correct = int(np.sum(is_gold & kept))
+    if correct == 0:
+        return 0.0
+    precision, recall = correct / int(np.sum(kept)), correct / n_gold
+    return 2 * precision * recall / (precision + recall)
 
 
 def _in_teacher_space(embeddings: torch.Tensor, objective: torch.nn.Module, teacher_dim: int) -> torch.Tensor | None:
