@@ -189,16 +189,16 @@ def dev_mining_f1(src: np.ndarray, tgt: np.ndarray, *, gold_share: float = DEV_M
     """
     if threshold not in DEV_MINING_THRESHOLDS:
         raise XdistillError(f"dev mining threshold must be one of {', '.join(DEV_MINING_THRESHOLDS)}, got {threshold!r}")
+    from xdistill.mining.bucc import tune_threshold
+
     order = np.random.default_rng(seed).permutation(len(src))
     if threshold == "oracle":
         task = _dev_mining_task(src[order], tgt[order], gold_share, k)
-        return float("nan") if task is None else 100 * _best_f1(*task)
+        return float("nan") if task is None else 100 * tune_threshold(*task)[1]
     halves = [order[: len(order) // 2], order[len(order) // 2 :]]
     tasks = [_dev_mining_task(src[half], tgt[half], gold_share, k) for half in halves]
     if any(task is None for task in tasks):
         return float("nan")
-    from xdistill.mining.bucc import tune_threshold
-
     scores = []
     for tune, test in ((tasks[0], tasks[1]), (tasks[1], tasks[0])):
         cut, _ = tune_threshold(*tune)
@@ -223,12 +223,6 @@ def _dev_mining_task(src: np.ndarray, tgt: np.ndarray, gold_share: float,
                             retrieval="max")
     is_gold = (mined.src == mined.tgt) & (mined.src < n_gold)  # gold rows share their index on both sides
     return mined.scores, is_gold, n_gold
-
-
-def _best_f1(scores: np.ndarray, is_gold: np.ndarray, n_gold: int) -> float:
-    from xdistill.mining.bucc import tune_threshold
-
-    return tune_threshold(scores, is_gold, n_gold)[1]
 
 
 def _f1_at(cut: float, scores: np.ndarray, is_gold: np.ndarray, n_gold: int) -> float:
