@@ -58,7 +58,15 @@ def write_pairs(folder: Path, mirror: Path, n_pairs: int, n_dev: int) -> tuple[P
     return paths[0], paths[1]
 
 
-def run_ours(train: Path, dev: Path, store: Path, student_spec: str, student_opts: dict, args, work: Path) -> dict:
+def default_loss() -> dict:
+    """params.yaml's ``train.loss`` section: the loss a `dvc repro` trains with (MSE + the ranking loss)."""
+    import yaml
+
+    return yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))["train"]["loss"]
+
+
+def run_ours(train: Path, dev: Path, store: Path, student_spec: str, student_opts: dict, args, work: Path,
+             loss: dict, name: str) -> dict:
     from xdistill.training.settings import OutputPaths, RuntimeSettings
     from xdistill.training.trainer import train_student
 
@@ -66,12 +74,12 @@ def run_ours(train: Path, dev: Path, store: Path, student_spec: str, student_opt
         "seed": 1, "steps": args.steps, "batch_size": args.batch_size, "learning_rate": 5e-5,
         "warmup_ratio": 0.1, "max_seq_length": args.max_seq_length, "eval_every": 10**6,
         "checkpoint_every": 10**6, "early_stopping_patience": None,
-        "dev_max_pairs": 16, "student": student_opts, "loss": {"mse": 1.0},
+        "dev_max_pairs": 16, "student": student_opts, "loss": loss,
     }
     runtime = RuntimeSettings(threads=args.threads, log_every=max(1, args.steps // 4))
     start = time.perf_counter()
     result = train_student(train, dev, store, student_spec, params,
-                           OutputPaths(work / "ours", work / "ours-ckpt", None, None, None),
+                           OutputPaths(work / name, work / f"{name}-ckpt", None, None, None),
                            teacher_spec=TEACHER, device="cpu", runtime=runtime)
     wall = time.perf_counter() - start
     return {"pairs_per_second": result.pairs_per_second, "wall_seconds": wall,
@@ -143,21 +151,33 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         train, dev = write_pairs(work, args.mirror or mirror_dir(), args.pairs, 16)
         build_teacher_store([train, dev], work / "teacher", {"teacher": TEACHER, "batch_size": 64})
-        ours = run_ours(train, dev, work / "teacher", student_spec, student_opts, args, work)
+        ours = run_ours(train, dev, work / "teacher", student_spec, student_opts, args, work, {"mse": 1.0}, "ours")
+        # the step `dvc repro` runs: the same MSE plus the in-batch ranking loss (a 32x32 similarity
+        # matrix per step), so its cost is measured rather than assumed small
+        loss = default_loss()
+        ours_default = run_ours(train, dev, work / "teacher", student_spec, student_opts, args, work, loss,
+                                "ours-default")
         reference = run_reference(train, work / "teacher", student_spec, student_opts, args, work)
 
-    ratio = ours["pairs_per_second"] / reference["pairs_per_second"]
     size = f"{args.steps} steps x {args.batch_size} pairs, max_seq_length {args.max_seq_length}, {args.threads} threads"
-    row = Row(
-        benchmark=f"train throughput ({'tiny 1-layer MiniLM' if args.tiny else student_spec}, {size})",
-        ours=f"{ours['pairs_per_second']:.1f} pairs/s",
-        reference=f"{reference['pairs_per_second']:.1f} pairs/s (SentenceTransformerTrainer + MSELoss)",
-        ratio=f"{ratio:.2f}x",
-        target=">= 1.2x",
-        passed=ratio >= 1.2,
-        details={"ours": ours, "reference": reference, "pairs": args.pairs, "peak_rss_mb": round(peak_rss_mb())},
-    )
-    report_rows("train", [row], args.tiny, args.json)
+    model = "tiny 1-layer MiniLM" if args.tiny else student_spec
+    reference_text = f"{reference['pairs_per_second']:.1f} pairs/s (SentenceTransformerTrainer + MSELoss)"
+    details = {"ours": ours, "ours_default_loss": ours_default, "default_loss": loss, "reference": reference,
+               "pairs": args.pairs, "peak_rss_mb": round(peak_rss_mb())}
+    ranking = {k: v for k, v in loss.items() if k not in ("mse", "temperature", "margin", "scale") and v}
+    rows = []
+    for label, result, target in (("MSE", ours, 1.2), (f"default loss: MSE + {ranking}", ours_default, 1.0)):
+        ratio = result["pairs_per_second"] / reference["pairs_per_second"]
+        rows.append(Row(
+            benchmark=f"train throughput, {label} ({model}, {size})",
+            ours=f"{result['pairs_per_second']:.1f} pairs/s",
+            reference=reference_text,
+            ratio=f"{ratio:.2f}x",
+            target=f">= {target}x",
+            passed=ratio >= target,
+            details=details,
+        ))
+    report_rows("train", rows, args.tiny, args.json)
     return 0
 
 
