@@ -29,6 +29,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import mirror_dir  # noqa: E402
+
 from xdistill.data.eval_formats import read_flores
 from xdistill.data.parallel_tsv import read_parallel_pairs
 from xdistill.mining.flores import ENGLISH, flores_file, split_plan
@@ -37,7 +40,7 @@ from xdistill.training.validation import dev_mining_f1
 
 WS = Path(sys.argv[1])
 OUT = Path(sys.argv[2])
-MIRROR = Path("/work/shared/corpora")
+MIRROR = mirror_dir()  # the corpora mirror, found as every benchmark finds it
 FLORES = MIRROR / "eval/flores200-devtest"
 LANGS = ["ar", "de", "es", "fr", "it", "nl", "ru", "tr", "zh"]
 WMT_SETS = {"de": "newstest2018.deu-eng", "es": "newstest2013", "fr": "newstest2013", "it": "newstest2009",
