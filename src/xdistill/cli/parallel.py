@@ -1,7 +1,7 @@
 """``xdistill parallel``: the DVC ``parallel`` stage.
 
 Reads the sources in ``parallel.sources`` from ``data/raw`` for the shared ``languages``, cleans and
-decontaminates them, and writes ``data/parallel/{train,dev}.tsv.gz`` plus the data report
+decontaminates them, and writes ``data/parallel/{train,dev,dev_mining}.tsv.gz`` plus the data report
 (``metrics/data_report.json``, ``reports/data_report.md``, ``plots/data_report.png``); see
 :func:`xdistill.data.parallel.build_parallel`.
 """
@@ -32,13 +32,14 @@ def command(params: str, raw: str, out: str, metrics: str, report: str, plot: st
         params=all_params.get("parallel") or {},
         train_path=f"{out}/train.tsv.gz",
         dev_path=f"{out}/dev.tsv.gz",
+        dev_mining_path=f"{out}/dev_mining.tsv.gz",
         metrics_path=metrics,
         markdown_path=report,
         plot_path=plot,
     )
     totals = data_report["totals"]
     click.echo(
-        f"{out}: {totals['train']} train / {totals['dev']} dev pairs "
+        f"{out}: {totals['train']} train / {totals['dev']} dev / {totals['dev_mining']} dev mining pairs "
         f"({totals['read']} read, {totals['malformed_rows']} malformed rows skipped)"
     )
     return 0

@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 @click.option("--params", default=PARAMS_FILE, show_default=True, help="params file")
 @click.option("--train", "train_file", default="data/parallel/train.tsv.gz", show_default=True, help="training pairs")
 @click.option("--dev", "dev_file", default="data/parallel/dev.tsv.gz", show_default=True, help="dev pairs")
+@click.option("--dev-mining", default="data/parallel/dev_mining.tsv.gz", show_default=True,
+              help="dev mining blocks (the parallel stage's; '' or a missing file = pooled dev mining only)")
 @click.option("--teacher-dir", default="data/teacher", show_default=True, help="teacher embedding store")
 @click.option("--dev-sts", default="data/raw/eval/stsb-multi-mt", show_default=True,
               help="stsb-multi-mt folder whose dev split validates checkpoints ('' = none)")
@@ -33,7 +35,7 @@ logger = logging.getLogger(__name__)
 @click.option("--history", default="reports/train_history.csv", show_default=True)
 @click.option("--plot", default="plots/train_curves.png", show_default=True)
 @click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when present)")
-def command(params: str, train_file: str, dev_file: str, teacher_dir: str, dev_sts: str, output: str,
+def command(params: str, train_file: str, dev_file: str, dev_mining: str, teacher_dir: str, dev_sts: str, output: str,
             start_output: str, checkpoints: str, metrics: str, history: str, plot: str, device: str | None) -> int:
     """Distill the student from the teacher's stored embeddings."""
     from xdistill.training.settings import OutputPaths, RuntimeSettings, TrainParams
@@ -53,6 +55,7 @@ def command(params: str, train_file: str, dev_file: str, teacher_dir: str, dev_s
     result = train_student(
         train_file, dev_file, teacher_dir, models["student"], train_params, outputs,
         teacher_spec=models.get("teacher"), device=device, dev_sts_dir=dev_sts or None, runtime=runtime,
+        dev_mining_file=dev_mining or None,
     )
     exported = result.interpolation["selected"] if result.interpolation else result.best
     logger.info(

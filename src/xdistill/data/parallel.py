@@ -5,13 +5,16 @@ flat whatever the input size:
 
 1. read each source (:mod:`xdistill.data.sources`), run the cleaning chain
    (:mod:`xdistill.data.clean`) and spool the survivors; a seeded reservoir per language keeps
-   ``dev_pairs_per_language`` held-out pairs from the sources marked ``dev: true``;
-2. count what is left per spool once the dev pairs, and every pair sharing a sentence with a dev
-   pair (``dev_overlap``), are removed;
+   ``dev_pairs_per_language`` held-out pairs from the sources marked ``dev: true``, and a tail
+   buffer per (source, language) keeps the last ``dev_mining_block`` pairs of sources marked ``dev_mining: true``
+   (the dev mining blocks: whole documents in file order);
+2. count what is left per spool once the dev pairs and blocks, and every pair sharing a sentence
+   with one of them (``dev_overlap``), are removed;
 3. draw each source's share of ``max_train_pairs`` (weights, small sources repeated up to
    ``max_repeats``), split evenly over its languages, and write the streams interleaved in random order.
 
-Outputs (written atomically): ``train.tsv.gz`` and ``dev.tsv.gz`` in the parallel TSV format of
+Outputs (written atomically): ``train.tsv.gz``, ``dev.tsv.gz`` and ``dev_mining.tsv.gz`` (the blocks,
+in file order; empty when no source sets ``dev_mining_block``) in the parallel TSV format of
 :mod:`xdistill.data.parallel_tsv` (English, its translation, ISO 639-1, source name), and the data
 report (:mod:`xdistill.data.report`).
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import logging
 import random
 import tempfile
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -47,6 +51,7 @@ class ParallelConfig:
     sources: list[SourceSpec]
     cleaning: CleaningConfig
     dev_pairs_per_language: int = 200
+    dev_mining_block: int = 0
     max_train_pairs: int | None = None
     max_repeats: float = 2.0
     max_bad_share: float = 0.01
@@ -74,10 +79,15 @@ class _ParallelSettings:
     __pydantic_config__ = SECTION_CONFIG
 
     dev_pairs_per_language: int = 200
+    dev_mining_block: int = 0
     max_train_pairs: int | None = None
     max_repeats: float = 2.0
     max_bad_share: float = 0.01
     seed: int = 13
+
+    def __post_init__(self) -> None:
+        if self.dev_pairs_per_language < 0 or self.dev_mining_block < 0:
+            raise XdistillError("params parallel: dev_pairs_per_language and dev_mining_block must be >= 0")
 
 
 class _Spool:
@@ -110,6 +120,7 @@ def build_parallel(
     params: dict[str, Any],
     train_path: str | Path = "data/parallel/train.tsv.gz",
     dev_path: str | Path = "data/parallel/dev.tsv.gz",
+    dev_mining_path: str | Path = "data/parallel/dev_mining.tsv.gz",
     metrics_path: str | Path = "metrics/data_report.json",
     markdown_path: str | Path = "reports/data_report.md",
     plot_path: str | Path = "plots/data_report.png",
@@ -124,23 +135,32 @@ def build_parallel(
     cleaner = Cleaner(config.cleaning, evaluation_sentences(raw_dir), languages)
     train_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".spool-", dir=train_path.parent) as folder:
-        spools, reservoirs = _clean_into_spools(config, raw_dir, languages, checkers, cleaner, Path(folder), rng)
+        spools, reservoirs, blocks = _clean_into_spools(config, raw_dir, languages, checkers, cleaner, Path(folder), rng)
         dev_rows = _dev_rows(reservoirs)
-        dev_keys = {(row[3], row[2], index) for index, row in dev_rows}
-        dev_sentences = {s for _, row in dev_rows for s in row[:2]}
+        block_rows = [item for key in sorted(blocks) for item in blocks[key]]
+        held_rows = dev_rows + block_rows  # a pair in both counts once below
+        dev_keys = {(row[3], row[2], index) for index, row in held_rows}
+        dev_sentences = {s for _, row in held_rows for s in row[:2]}
         available, overlap = _count_available(spools, dev_keys, dev_sentences)
         plan = _plan(config, spools, available)
         written = _write_train(train_path, spools, plan, available, dev_keys, dev_sentences, rng)
     write_parallel_tsv(dev_path, (row for _, row in dev_rows))
-    dev_counts: dict[tuple[str, str], int] = {}
-    for _, row in dev_rows:
-        dev_counts[(row[3], row[2])] = dev_counts.get((row[3], row[2]), 0) + 1
+    write_parallel_tsv(dev_mining_path, (row for _, row in block_rows))
     report = data_report.assemble(
-        languages, config, cleaner, checkers, dev_counts, overlap, available, written
+        languages, config, cleaner, checkers, _count_by_source(dev_rows), overlap, available, written,
+        _count_by_source(block_rows),
     )
     data_report.write_all(report, metrics_path, markdown_path, plot_path)
-    log.info("parallel: %d train pairs, %d dev pairs", sum(written.values()), len(dev_rows))
+    log.info("parallel: %d train pairs, %d dev pairs, %d dev mining pairs", sum(written.values()), len(dev_rows),
+             len(block_rows))
     return report
+
+
+def _count_by_source(rows: list[tuple[int, tuple[str, str, str, str]]]) -> dict[tuple[str, str], int]:
+    counts: dict[tuple[str, str], int] = {}
+    for _, row in rows:
+        counts[(row[3], row[2])] = counts.get((row[3], row[2]), 0) + 1
+    return counts
 
 
 def _clean_into_spools(
@@ -151,21 +171,30 @@ def _clean_into_spools(
     cleaner: Cleaner,
     folder: Path,
     rng: random.Random,
-) -> tuple[dict[tuple[str, str], _Spool], dict[str, Reservoir]]:
+) -> tuple[dict[tuple[str, str], _Spool], dict[str, Reservoir], dict[tuple[str, str], list]]:
+    """Clean every source into spools; returns them, the dev reservoirs and the dev mining blocks."""
     spools: dict[tuple[str, str], _Spool] = {}
     reservoirs = {lang: Reservoir(config.dev_pairs_per_language, rng) for lang in languages}
+    blocks: dict[tuple[str, str], deque] = {}
     for spec in config.sources:
         triples = cleaner.run(spec.name, read_source(spec, raw_dir, languages, checkers))
         for lang, source, translation in tqdm(triples, desc=f"clean {spec.name}", unit=" pairs", mininterval=5, leave=False):
             spool = spools.get((spec.name, lang))
             if spool is None:
                 spool = spools[(spec.name, lang)] = _Spool(folder, spec.name, lang)
-            index = spool.write(source, translation)
+            item = (spool.write(source, translation), (source, translation, lang, spec.name))
             if spec.dev and config.dev_pairs_per_language > 0:
-                reservoirs[lang].offer((index, (source, translation, lang, spec.name)))
+                reservoirs[lang].offer(item)
+            if spec.dev_mining and config.dev_mining_block:
+                # the tail buffer ends as the block (a pair may also be a dev pair: both are held out,
+                # and the dev sample stays what it is without blocks)
+                blocks.setdefault((spec.name, lang), deque(maxlen=config.dev_mining_block)).append(item)
     for spool in spools.values():
         spool.close()
-    return spools, reservoirs
+    for (name, lang), tail in blocks.items():
+        if len(tail) < tail.maxlen:
+            log.warning("dev mining: only %d pairs for %s en-%s (wanted %d)", len(tail), name, lang, tail.maxlen)
+    return spools, reservoirs, {key: list(tail) for key, tail in blocks.items()}
 
 
 def _dev_rows(reservoirs: dict[str, Reservoir]) -> list[tuple[int, tuple[str, str, str, str]]]:

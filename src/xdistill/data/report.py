@@ -14,7 +14,8 @@ from xdistill.data.clean import DROP_STEPS
 from xdistill.io import atomic_path, write_json_atomic, write_text_atomic
 
 
-def assemble(languages, config, cleaner, checkers, dev_counts, overlap, available, written) -> dict[str, Any]:
+def assemble(languages, config, cleaner, checkers, dev_counts, overlap, available, written,
+             dev_mining_counts=None) -> dict[str, Any]:
     """Collect the counts of one run into the report dict."""
     sources: dict[str, dict[str, dict[str, int]]] = {}
     for (corpus, lang), counts in sorted(cleaner.counts.items()):
@@ -27,13 +28,14 @@ def assemble(languages, config, cleaner, checkers, dev_counts, overlap, availabl
         }
         row.update(
             dev=dev_counts.get((corpus, lang), 0),
+            dev_mining=(dev_mining_counts or {}).get((corpus, lang), 0),
             dev_overlap=overlap.get((corpus, lang), 0),
             available=available.get((corpus, lang), 0),
             train=written.get((corpus, lang), 0),
         )
         sources.setdefault(corpus, {})[lang] = row
     malformed = {path: c.summary() for path, c in sorted(checkers.by_file.items()) if c.bad}
-    totals = {key: sum(r[key] for per in sources.values() for r in per.values()) for key in ("read", "kept", "dev", "train")}
+    totals = {key: sum(r[key] for per in sources.values() for r in per.values()) for key in ("read", "kept", "dev", "dev_mining", "train")}
     totals["kept_after_cleaning"] = totals.pop("kept")
     totals["malformed_rows"] = sum(m["bad"] for m in malformed.values())
     totals["files_read"] = len(checkers.by_file)
@@ -53,13 +55,13 @@ def assemble(languages, config, cleaner, checkers, dev_counts, overlap, availabl
 def to_markdown(report: dict[str, Any]) -> str:
     """A table a person reads at a glance, then the dropped examples and malformed rows."""
     steps = report["steps"]
-    head = ["source", "pair", "read", *(f"-{s}" for s in steps), "kept", "dev", "-dev overlap", "train"]
+    head = ["source", "pair", "read", *(f"-{s}" for s in steps), "kept", "dev", "dev mining", "-dev overlap", "train"]
     lines = [
         "# Parallel data report",
         "",
         f"Languages: {', '.join(report['languages'])}. Per source and language pair: pairs read, dropped by "
-        "each cleaning step (in chain order), kept, held out for dev, dropped for sharing a sentence with a "
-        "dev pair, and drawn into the training file (weights: "
+        "each cleaning step (in chain order), kept, held out for dev, held out as the dev mining block "
+        "(the last pairs in file order), dropped for sharing a sentence with a held-out pair, and drawn into the training file (weights: "
         + ", ".join(f"{k} {v:g}" for k, v in report["weights"].items())
         + f"; small sources repeated). Decontaminated against {report['evaluation_sentences']:,} evaluation sentences.",
         "",
@@ -69,13 +71,13 @@ def to_markdown(report: dict[str, Any]) -> str:
     for corpus, per_lang in report["sources"].items():
         for lang, row in per_lang.items():
             cells = [corpus, f"en-{lang}", f"{row['read']:,}", *(f"{row['dropped'][s]:,}" for s in steps),
-                     f"{row['kept']:,}", f"{row['dev']:,}", f"{row['dev_overlap']:,}", f"**{row['train']:,}**"]
+                     f"{row['kept']:,}", f"{row['dev']:,}", f"{row.get('dev_mining', 0):,}", f"{row['dev_overlap']:,}", f"**{row['train']:,}**"]
             lines.append("| " + " | ".join(cells) + " |")
     totals = report["totals"]
     lines += [
         "",
         f"**Total**: {totals['read']:,} pairs read, {totals['kept_after_cleaning']:,} after cleaning, "
-        f"{totals['dev']:,} dev, {totals['train']:,} train; {totals['malformed_rows']:,} malformed rows skipped "
+        f"{totals['dev']:,} dev, {totals.get('dev_mining', 0):,} dev mining, {totals['train']:,} train; {totals['malformed_rows']:,} malformed rows skipped "
         f"in {totals['files_read']} files. Duplicate filter false-positive rate: {report['dedup_false_positive_rate']:.1e}.",
         "",
         "## What each filter dropped (first examples)",

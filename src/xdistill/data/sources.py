@@ -35,6 +35,9 @@ class SourceSpec:
     weight: float = 1.0
     languages: list[str] | None = None
     dev: bool = True  # may contribute held-out dev pairs (off for word lists)
+    # may supply the dev mining blocks: its last parallel.dev_mining_block cleaned pairs of each
+    # language, in file order (whole news documents: on-topic distractors, as FLORES's article runs)
+    dev_mining: bool = False
     source_files: str | None = None  # moses: the English side's pattern
     english_side: str = "trg"  # opus_sample: which side is English
     columns: list[str] | None = None  # st_parallel: languages of columns 2..n

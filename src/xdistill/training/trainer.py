@@ -46,6 +46,7 @@ from xdistill.training.validation import (
     ValidationData,
     check_collapse,
     is_better,
+    load_mining_blocks,
     load_sts_dev,
     validate,
 )
@@ -175,12 +176,13 @@ def train_student(
     device: str | None = None,
     dev_sts_dir: str | Path | None = None,
     runtime: RuntimeSettings | None = None,
+    dev_mining_file: str | Path | None = None,
 ) -> TrainResult:
     """Distill ``student_spec`` towards the teacher vectors in ``teacher_dir``; the ``train`` stage.
 
     Reads the parallel ``train_file``/``dev_file`` (gzipped TSV with a ``source, translation,
     lang, corpus`` header) and, when given, the stsb-multi-mt folder ``dev_sts_dir`` (its dev
-    split only); writes the student chosen on dev data (best checkpoint by
+    split only) and the dev mining blocks ``dev_mining_file``; writes the student chosen on dev data (best checkpoint by
     ``params.selection_metric``, then the best ``params.interpolation`` weight) to
     ``outputs.model_dir`` as a sentence-transformers folder, plus metrics JSON, history CSV and
     the curves PNG. Resumes automatically from ``outputs.checkpoint_dir/last.pt`` when it was
@@ -193,7 +195,7 @@ def train_student(
     ctx = DistContext.from_env(device)
     try:
         run = _prepare(Path(train_file), Path(dev_file), Path(teacher_dir), student_spec, params, outputs,
-                       teacher_spec, ctx, dev_sts_dir, runtime)
+                       teacher_spec, ctx, dev_sts_dir, runtime, dev_mining_file)
         return _train(run)
     finally:
         ctx.close()
@@ -201,7 +203,7 @@ def train_student(
 
 def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: str, params: TrainParams,
              outputs: OutputPaths, teacher_spec: str | None, ctx: DistContext, dev_sts_dir: str | Path | None,
-             runtime: RuntimeSettings) -> _Run:
+             runtime: RuntimeSettings, dev_mining_file: str | Path | None = None) -> _Run:
     """Load data, teacher vectors and the student; tokenise everything once."""
     from xdistill.models import default_prompt
     from xdistill.training.teacher_store import TeacherStore
@@ -232,6 +234,7 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
         "train": ckpt.file_digest(train_file),
         "dev": ckpt.file_digest(dev_file),
         "dev_sts": [str(dev_sts_dir), sts_languages],
+        "dev_mining": ckpt.file_digest(dev_mining_file) if dev_mining_file and Path(dev_mining_file).is_file() else None,
         "world_size": ctx.world_size,
     })
     logger.info("tokenising %d train and %d dev pairs (prompt %r, max %d tokens)",
@@ -242,9 +245,11 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
     validation = ValidationData(
         tokenize_pairs(dev_pairs, student, prompt, eval_length, store),
         load_sts_dev(dev_sts_dir, sts_languages, student.tokenizer, prompt, eval_length, params.dev_sts_max_pairs),
+        load_mining_blocks(dev_mining_file, student.tokenizer, prompt, eval_length),
     )
-    logger.info("validation: %d dev pairs, %d STS dev sets (%s)", len(validation.pairs), len(validation.sts),
-                ", ".join(s.name for s in validation.sts) or "none")
+    logger.info("validation: %d dev pairs, %d STS dev sets (%s), dev mining blocks: %s", len(validation.pairs),
+                len(validation.sts), ", ".join(s.name for s in validation.sts) or "none",
+                ", ".join(f"{b.lang} {len(b.src)}" for b in validation.mining_blocks) or "none")
     return _Run(params, runtime, outputs, ctx, student, objective, DistillationModule(student, objective), train,
                 validation, Featurizer(student, ctx.device), DevScoreWeights.from_params(params.dev_score_weights),
                 fingerprint, student_config.head_fit if student_config.align_to_teacher else None)

@@ -7,7 +7,9 @@ Only development data is used here, never an evaluation set:
   teacher's vector of the English source against the student's vector of the translation, both
   directions (what a user relies on when querying an index the teacher built);
 - the stsb-multi-mt **dev** split (the evaluation reads its test split) for the languages that
-  have it: English, each language on its own and each language against English.
+  have it: English, each language on its own and each language against English;
+- the dev mining blocks (``data/parallel/dev_mining.tsv.gz``): per language, the last pairs of a
+  news source in document order, never trained on, mined as FLORES is (:func:`block_mining_f1`).
 
 ``dev_score``, the default selection metric, is the weighted mean of four numbers in points:
 STS (the mean of the monolingual and the cross-lingual averages, Spearman x 100), retrieval
@@ -20,12 +22,18 @@ Why mining has its own part: margin mining among distractors reacts to changes o
 geometry that leave nearest-neighbour retrieval untouched. On the embedded default, 120 steps
 of MSE moved dev retrieval by +1 point while FLORES mining F1 fell by 6 (metrics/eval), and a
 dev score without mining could not see it.
+
+Which mining: where dev mining blocks exist, the mining part is their F1 (``dev_block_mining_f1``),
+else the pooled task on the held-out pairs (``dev_mining_f1``). Measured along one student's WiSE-FT
+line (bench/results/diagnostics/dev_mining_proxy.json), the pooled task (short, off-topic pairs
+of every language, 20 % gold) rose towards the distilled end while FLORES mining fell by 14
+points; mining on held-out news blocks (on-topic distractors, FLORES's gold share) fell with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,11 +109,45 @@ def load_sts_dev(stsb_dir: str | Path | None, languages: Sequence[str], tokenize
 
 
 @dataclass
+class TokenizedBlock:
+    """One language's dev mining block, tokenised: English sources and their translations, in file order."""
+
+    lang: str
+    src: list[list[int]]
+    tgt: list[list[int]]
+
+
+def load_mining_blocks(path: str | Path | None, tokenizer, prompt: str, max_length: int) -> list[TokenizedBlock]:
+    """The dev mining blocks of ``path`` (the parallel stage's ``dev_mining.tsv.gz``), one per language."""
+    from xdistill.data.parallel_tsv import read_parallel_pairs
+
+    if path is None or not Path(path).is_file() or not _holds_rows(Path(path)):
+        return []
+    pairs = read_parallel_pairs(path)
+    blocks = []
+    for lang in sorted(set(pairs.langs)):
+        rows = [i for i, row_lang in enumerate(pairs.langs) if row_lang == lang]
+        blocks.append(TokenizedBlock(lang, tokenize_texts(tokenizer, [pairs.sources[i] for i in rows], max_length, prompt),
+                                     tokenize_texts(tokenizer, [pairs.translations[i] for i in rows], max_length, prompt)))
+    return blocks
+
+
+def _holds_rows(path: Path) -> bool:
+    """Whether a gzipped parallel TSV has a row after its header (the parallel stage writes a header-only
+    file when no source holds out a block; read_parallel_pairs rightly refuses such a training file)."""
+    import gzip
+
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return next(handle, None) is not None and next(handle, None) is not None
+
+
+@dataclass
 class ValidationData:
     """Everything :func:`validate` measures on."""
 
     pairs: TokenizedPairs
     sts: list[TokenizedSTS]
+    mining_blocks: list[TokenizedBlock] = field(default_factory=list)
 
 
 class _UniqueTexts:
@@ -136,6 +178,7 @@ def validate(student, objective: torch.nn.Module, featurize: Featurizer, data: V
     texts = _UniqueTexts()
     src_rows, tgt_rows = texts.add(data.pairs.src), texts.add(data.pairs.tgt)
     sts_rows = [(texts.add(s.first), texts.add(s.second)) for s in data.sts]
+    block_rows = [(texts.add(b.src), texts.add(b.tgt)) for b in data.mining_blocks]
     embeddings = encode_token_ids(student, featurize, texts.ids, batch_size)
     src, tgt = embeddings[torch.as_tensor(src_rows)], embeddings[torch.as_tensor(tgt_rows)]
     teacher = data.pairs.teacher
@@ -161,9 +204,11 @@ def validate(student, objective: torch.nn.Module, featurize: Featurizer, data: V
     metrics["dev_mean_pairwise_cosine"] = mean_pairwise_cosine(torch.cat([src, tgt]))
     metrics["dev_mining_f1"] = dev_mining_f1(src.numpy(), tgt.numpy(), threshold=mining_threshold)
     metrics.update(_sts_scores(data.sts, sts_rows, embeddings.numpy()))
+    metrics.update(_block_mining_scores(data.mining_blocks, block_rows, embeddings.numpy(), mining_threshold))
+    mining = metrics.get("dev_block_mining_f1", float("nan"))
     metrics["dev_score"] = weights.combine({"sts": metrics["dev_sts"], "accuracy": metrics["dev_accuracy"],
                                             "teacher_accuracy": metrics["dev_teacher_accuracy"],
-                                            "mining": metrics["dev_mining_f1"]})
+                                            "mining": mining if np.isfinite(mining) else metrics["dev_mining_f1"]})
     return metrics
 
 
@@ -204,6 +249,30 @@ def dev_mining_f1(src: np.ndarray, tgt: np.ndarray, *, gold_share: float = DEV_M
         cut, _ = tune_threshold(*tune)
         scores.append(_f1_at(cut, *test))
     return 100 * float(np.mean(scores))
+
+
+BLOCK_MINING_GOLD_SHARE = 13 / 506  # FLORES mining: 13 gold pairs in each half of 506 sentence numbers
+BLOCK_MINING_SEEDS = 5  # which pairs are gold is drawn at random: the mean over draws is steadier
+
+
+def block_mining_f1(src: np.ndarray, tgt: np.ndarray, threshold: str = "oracle") -> float:
+    """Mining F1 x 100 on one dev mining block, built as the FLORES mining benchmark is.
+
+    The block's pairs come from whole news documents in file order, so the distractors are on-topic
+    as FLORES's are (its sentences run through whole articles); the gold share is FLORES's. The
+    task is :func:`dev_mining_f1`'s, averaged over ``BLOCK_MINING_SEEDS`` draws of the gold pairs.
+    """
+    return float(np.mean([dev_mining_f1(src, tgt, gold_share=BLOCK_MINING_GOLD_SHARE, seed=seed, threshold=threshold)
+                          for seed in range(BLOCK_MINING_SEEDS)]))
+
+
+def _block_mining_scores(blocks: list[TokenizedBlock], rows: list[tuple[np.ndarray, np.ndarray]],
+                         embeddings: np.ndarray, threshold: str) -> dict[str, float]:
+    if not blocks:
+        return {}
+    scores = {f"dev_block_mining_f1_{b.lang}": block_mining_f1(embeddings[s], embeddings[t], threshold)
+              for b, (s, t) in zip(blocks, rows, strict=True)}
+    return {**scores, "dev_block_mining_f1": mean_or_nan(list(scores.values()))}
 
 
 def _dev_mining_task(src: np.ndarray, tgt: np.ndarray, gold_share: float,
