@@ -13,7 +13,7 @@ Procrustes head, the base's cosines) and the best checkpoint (a=1), it measures 
   numbers the evaluation uses for its threshold; oracle threshold, 10 seeds). The test half, which
   the evaluation reports, is never read.
 
-Usage: ``python bench/dev_mining_proxy.py WORKSPACE bench/results/diagnostics/dev_mining_proxy.json``, where WORKSPACE holds a finished
+Usage: ``python bench/dev_mining_proxy.py WORKSPACE bench/results/diagnostics/dev_mining_proxy.json [0.25,0.5]``, where WORKSPACE holds a finished
 member's ``models/student``, ``data/checkpoints/{initial,best}.pt`` and ``data/parallel`` (a copy
 of the member's experiment workspace, taken before ``bench/quality.py`` removes it). Resumable: a
 weight already in OUT.json is skipped.
@@ -40,6 +40,8 @@ from xdistill.training.validation import dev_mining_f1
 
 WS = Path(sys.argv[1])
 OUT = Path(sys.argv[2])
+# optional third argument: the weights to measure, e.g. 0.25,0.5 (default: the trainer's five)
+WEIGHTS = [float(a) for a in sys.argv[3].split(",")] if len(sys.argv) > 3 else [0.0, 0.25, 0.5, 0.75, 1.0]
 MIRROR = mirror_dir()  # the corpora mirror, found as every benchmark finds it
 FLORES = MIRROR / "eval/flores200-devtest"
 LANGS = ["ar", "de", "es", "fr", "it", "nl", "ru", "tr", "zh"]
@@ -86,7 +88,7 @@ def main() -> None:
     model = SentenceTransformer(str(WS / "models/student"), device="cpu")
     init = torch.load(WS / "data/checkpoints/initial.pt", map_location="cpu", weights_only=False)["model"]
     best = torch.load(WS / "data/checkpoints/best.pt", map_location="cpu", weights_only=False)["model"]
-    models = {f"a={a:g}": a for a in (0.0, 0.25, 0.5, 0.75, 1.0)}
+    models = {f"a={a:g}": a for a in WEIGHTS}
     results = json.loads(OUT.read_text()) if OUT.exists() else {}
     for name, a in models.items():
         if name in results:
