@@ -154,6 +154,16 @@ def test_interpolation_ends_reproduce_the_start_and_the_trained_student(setup: d
     assert scores[chosen] == max(scores.values())
     assert report["exported"] == report["interpolation"]["by_alpha"][f"{chosen:g}"]
 
+    # the tolerance rule: the smallest a within the tolerance of the best (the same deterministic sweep again);
+    # a huge tolerance takes the start, one just under the spread leaves out the worst a
+    spread = max(scores.values()) - min(scores.values())
+    for tolerance in (1e3, spread - 1e-6):
+        within = [a for a, v in scores.items() if a <= chosen and max(scores.values()) - v <= tolerance]
+        result, _ = _train(setup, tmp_path / f"tol-{tolerance:g}", interpolation=[0.0, 0.5, 1.0],
+                           interpolation_tolerance=tolerance, **common)
+        assert result.interpolation["alpha"] == min(within) and result.interpolation["tolerance"] == tolerance
+        assert tolerance < spread or result.interpolation["alpha"] == 0.0
+
 
 def test_interpolation_from_the_base_starts_at_the_base_itself(setup: dict[str, Path], tmp_path: Path) -> None:
     """interpolation_from: base -> a = 0 is the untrained base (its weights, an identity head): same embeddings."""

@@ -228,6 +228,8 @@ def test_params_are_validated() -> None:
         TrainParams.from_params({"dev_mining_threshold": "best"})
     with pytest.raises(XdistillError, match="interpolation: every weight must be in"):
         TrainParams.from_params({"interpolation": [0.5, 1.5]})
+    with pytest.raises(XdistillError, match="interpolation_tolerance must be >= 0"):
+        TrainParams.from_params({"interpolation_tolerance": -0.5})
     with pytest.raises(XdistillError, match="selection_metric"):
         TrainParams.from_params({"selection_metric": "dev_mse"})
     with pytest.raises(XdistillError, match="runtime"):

@@ -52,12 +52,15 @@ def check_alphas(alphas: Sequence[float]) -> list[float]:
 def choose_interpolation(student: torch.nn.Module, start: Mapping[str, torch.Tensor], end: Mapping[str, torch.Tensor],
                          alphas: Sequence[float], measure: Callable[[], dict[str, float]],
                          better: Callable[[float, float | None], bool], metric: str,
-                         known: Mapping[float, dict[str, float]] | None = None) -> tuple[float, dict[float, dict[str, float]]]:
+                         known: Mapping[float, dict[str, float]] | None = None,
+                         tolerance: float = 0.0) -> tuple[float, dict[float, dict[str, float]]]:
     """Measure the student at each ``alpha`` and leave it at the best one; returns ``(alpha, all measurements)``.
 
     ``measure()`` evaluates the student as currently loaded; ``known`` supplies measurements
     already made (the start and the best checkpoint were measured during training). On a tie the
     larger ``alpha`` wins (the more distilled model, which lives more fully in the teacher's space).
+    With ``tolerance`` > 0 the smallest ``alpha`` whose value is within ``tolerance`` of the best
+    value wins instead (see the module docstring).
     """
     results: dict[float, dict[str, float]] = {}
     best_alpha: float | None = None
@@ -71,6 +74,10 @@ def choose_interpolation(student: torch.nn.Module, start: Mapping[str, torch.Ten
         if best_alpha is None or better(value, results[best_alpha][metric]) or value == results[best_alpha][metric]:
             best_alpha = alpha
     assert best_alpha is not None
+    if tolerance > 0:
+        best_value = results[best_alpha][metric]
+        best_alpha = min(a for a, m in results.items()
+                         if a <= best_alpha and abs(m[metric] - best_value) <= tolerance)
     load_trainable_state_dict(student, interpolate_states(start, end, best_alpha))
     return best_alpha, results
 

@@ -38,6 +38,7 @@ class TrainParams:
     dev_mining_threshold: str = "oracle"  # "oracle" | "transfer" (validation.dev_mining_f1)
     interpolation: list[float] | None = None
     interpolation_from: str = "start"  # "start": the student as training started; "base": the untrained base
+    interpolation_tolerance: float = 0.0  # export the smallest a within this much of the best (interpolation.py)
     collapse_threshold: float = 0.95
     train_max_pairs: int | None = None
     dev_max_pairs: int | None = 500
@@ -79,6 +80,8 @@ class TrainParams:
             from xdistill.training.interpolation import check_alphas
 
             check_alphas(self.interpolation)
+        if self.interpolation_tolerance < 0:
+            raise XdistillError(f"params train.interpolation_tolerance must be >= 0, got {self.interpolation_tolerance}")
         if self.interpolation_from not in ("start", "base"):
             raise XdistillError(f"params train.interpolation_from must be start or base, got {self.interpolation_from!r}")
 

@@ -350,12 +350,13 @@ def _interpolate(run: _Run, state: _LoopState) -> dict[str, Any]:
     metric = params.selection_metric
     alpha, results = choose_interpolation(
         run.student, origin, end, params.interpolation, run.measure,
-        lambda value, best: is_better(metric, value, best), metric, known)
+        lambda value, best: is_better(metric, value, best), metric, known, params.interpolation_tolerance)
     for a, metrics in results.items():
         logger.info("interpolation a=%.2f: %s %.3f", a, metric, metrics[metric])
     logger.info("exporting the interpolation a=%.2f of the %s and the best student", alpha,
                 "untrained base" if params.interpolation_from == "base" else "starting student")
-    return {"alpha": alpha, "metric": metric, "from": params.interpolation_from, "selected": results[alpha],
+    return {"alpha": alpha, "metric": metric, "from": params.interpolation_from,
+            "tolerance": params.interpolation_tolerance, "selected": results[alpha],
             "by_alpha": {f"{a:g}": m for a, m in results.items()}}
 
 
