@@ -428,10 +428,11 @@ LIGHT_KEEP_TARGET = 97.0  # % of the full student's STS17 and Tatoeba averages (
 
 def light_section(config: Mapping[str, Any], results: Path) -> str:
     """The light students (vocabulary trimming, fewer layers, a low-dimensional head) beside the full
-    student of the same scale (``ablation_winner``): size, speed and the share of its quality they keep."""
+    student of the same scale (``light_reference``, else ``ablation_winner``): size, speed and the share of its
+    quality they keep."""
     variants = [(spec, load_member(results / spec["name"])) for spec in config.get("light", [])
                 if (results / spec["name"] / "run.json").is_file()]
-    full = winner(config, results)
+    full = winner(config, results, key="light_reference" if "light_reference" in config else "ablation_winner")
     if not variants or not full:
         return ""
     full_spec, full_data = full[0]
@@ -450,7 +451,8 @@ def light_section(config: Mapping[str, Any], results: Path) -> str:
              "on the same code); the side-by-side measurement of a light student against the full one in one process is "
              "`python bench/bench_export.py --light LABEL=FOLDER` (BENCHMARKS.md).", "",
              "| " + " | ".join(headers) + " |", "|---|---|" + "---:|" * (len(headers) - 3) + "---|"]
-    rows = [({"name": full_spec["name"], "label": "full student (the default recipe)"}, full_data), *variants]
+    rows = [({"name": full_spec["name"], "label": "full student (the default recipe when the light rows ran)"}, full_data),
+            *variants]
     for spec, data in rows:
         run, student = data["run"] or {}, _student_summary(data)
         facts = run.get("student") or {}
@@ -473,9 +475,10 @@ def _student_summary(data: Mapping[str, Any]) -> dict[str, Any]:
     return ((data["eval"].get("summary") or {}).get("models") or {}).get("student") or {}
 
 
-def winner(config: Mapping[str, Any], results: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """The ablation variant named by ``ablation_winner`` (the recipe the embedded default uses), when it ran."""
-    name = config.get("ablation_winner")
+def winner(config: Mapping[str, Any], results: Path,
+           key: str = "ablation_winner") -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The ablation variant named by ``key`` (``ablation_winner``: the recipe the embedded default uses), when it ran."""
+    name = config.get(key)
     spec = next((v for v in config.get("ablation", []) if v["name"] == name), None)
     if spec is None or not (results / name / "run.json").is_file():
         return []

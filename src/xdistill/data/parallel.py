@@ -45,36 +45,8 @@ from xdistill.errors import XdistillError
 log = logging.getLogger(__name__)
 
 @dataclass
-class ParallelConfig:
-    """The ``parallel`` params section."""
-
-    sources: list[SourceSpec]
-    cleaning: CleaningConfig
-    dev_pairs_per_language: int = 200
-    dev_mining_block: int = 0
-    max_train_pairs: int | None = None
-    max_repeats: float = 2.0
-    max_bad_share: float = 0.01
-    seed: int = 13
-
-    @classmethod
-    def from_params(cls, params: dict[str, Any]) -> ParallelConfig:
-        """The section checked key by key (config.parse_section); sources and cleaning by their own classes."""
-        params = dict(params)
-        if not params.get("sources"):
-            raise XdistillError("parallel.sources: no source configured")
-        sources = [SourceSpec.from_params(entry) for entry in params.pop("sources")]
-        names = [s.name for s in sources]
-        if len(set(names)) != len(names):
-            raise XdistillError(f"parallel.sources: duplicate names in {names}")
-        cleaning = CleaningConfig.from_params(params.pop("cleaning", None))
-        settings = parse_section(_ParallelSettings, params, "parallel")
-        return cls(sources=sources, cleaning=cleaning, **asdict(settings))
-
-
-@dataclass
 class _ParallelSettings:
-    """The scalar keys of the ``parallel`` section (sources and cleaning are parsed on their own)."""
+    """The scalar keys of the ``parallel`` section, checked by config.parse_section."""
 
     __pydantic_config__ = SECTION_CONFIG
 
@@ -88,6 +60,28 @@ class _ParallelSettings:
     def __post_init__(self) -> None:
         if self.dev_pairs_per_language < 0 or self.dev_mining_block < 0:
             raise XdistillError("params parallel: dev_pairs_per_language and dev_mining_block must be >= 0")
+
+
+@dataclass(kw_only=True)
+class ParallelConfig(_ParallelSettings):
+    """The ``parallel`` params section: the scalar settings plus sources and cleaning, parsed by their own classes."""
+
+    sources: list[SourceSpec]
+    cleaning: CleaningConfig
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> ParallelConfig:
+        """The section checked key by key; the scalar keys one declaration, so they cannot drift apart."""
+        params = dict(params)
+        if not params.get("sources"):
+            raise XdistillError("parallel.sources: no source configured")
+        sources = [SourceSpec.from_params(entry) for entry in params.pop("sources")]
+        names = [s.name for s in sources]
+        if len(set(names)) != len(names):
+            raise XdistillError(f"parallel.sources: duplicate names in {names}")
+        cleaning = CleaningConfig.from_params(params.pop("cleaning", None))
+        settings = parse_section(_ParallelSettings, params, "parallel")
+        return cls(sources=sources, cleaning=cleaning, **asdict(settings))
 
 
 class _Spool:
