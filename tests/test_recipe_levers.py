@@ -181,6 +181,26 @@ def test_interpolation_from_the_base_starts_at_the_base_itself(setup: dict[str, 
     assert not np.allclose(_encode(trained), _encode(base), atol=1e-3)
 
 
+def test_export_rotation_moves_the_student_into_the_teacher_space_and_keeps_every_cosine(
+        setup: dict[str, Path], tmp_path: Path) -> None:
+    """train.export_rotation: the same WiSE-FT student, rotated onto the teacher's space after the choice of a."""
+    common = {"steps": 6, "eval_every": 6, "learning_rate": 2e-3, "interpolation": [0.5],
+              "student": {"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "least_squares"}}
+    _, plain = _train(setup, tmp_path / "plain", **common)
+    _, rotated = _train(setup, tmp_path / "rotated", export_rotation=True, **common)
+    before, after = _encode(plain), _encode(rotated)
+    np.testing.assert_allclose(after @ after.T, before @ before.T, atol=1e-5)  # every student-student cosine
+    assert not np.allclose(after, before, atol=1e-2)  # ... yet every vector moved
+    plain_report = json.loads((tmp_path / "plain" / "train.json").read_text())
+    report = json.loads((tmp_path / "rotated" / "train.json").read_text())
+    fit = report["export_rotation"]
+    assert plain_report["export_rotation"] is None and fit["pairs"] > 0
+    assert fit["mse_after"] < fit["mse_before"]
+    # measured again on held-out dev pairs: closer to the teacher, the same STS
+    assert report["exported"]["dev_mse_x100"] < plain_report["exported"]["dev_mse_x100"]
+    assert report["exported"]["dev_sts"] == pytest.approx(plain_report["exported"]["dev_sts"], abs=0.05)
+
+
 def test_interpolate_states_is_linear() -> None:
     from xdistill.training.interpolation import interpolate_states
 

@@ -102,6 +102,37 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
     raise XdistillError(f"unknown head fit {method!r} (procrustes, least_squares)")
 
 
+def rotate_output_to_teacher(student, featurize: Featurizer, pairs: TokenizedPairs, n_pairs: int,
+                             batch_size: int) -> dict[str, float]:
+    """Rotate the finished student's output onto the teacher's space; returns the fit MSE before and after.
+
+    WiSE-FT with ``a < 1`` leaves the student between the untrained student's space and the
+    teacher's. The orthogonal R minimising ||E R - T|| (E: the student's final embeddings of both
+    sides of ``n_pairs`` training pairs, T: the teacher vectors of the sources) changes no cosine
+    between two student embeddings, so every STS, retrieval, mining and language-bias score stays
+    as it is, while student(x) moves towards teacher(x). The student ends in ``Dense -> Normalize``
+    and R preserves norms, so ``R^T normalize(W p + b) = normalize(R^T W p + R^T b)``: R folds into
+    the Dense head exactly.
+    """
+    head = output_dense(student)
+    if head is None:
+        raise XdistillError("export_rotation needs a Dense head on the student")
+    linear = head.linear
+    rows = np.linspace(0, len(pairs) - 1, num=min(n_pairs, len(pairs))).round().astype(int)
+    ids = [pairs.src[i] for i in rows] + [pairs.tgt[i] for i in rows]
+    teacher = torch.cat([pairs.teacher[torch.as_tensor(rows)]] * 2).double()
+    if linear.weight.shape[0] != teacher.shape[1]:
+        raise XdistillError(f"export_rotation: a {linear.weight.shape[0]}-d student cannot be rotated onto a "
+                            f"{teacher.shape[1]}-d teacher (low-dimensional students live in their own space)")
+    embeddings = encode_token_ids(student, featurize, ids, batch_size).double()
+    rotation = procrustes_map(embeddings, teacher)  # [dim, dim], orthogonal
+    with torch.no_grad():
+        weight, bias = linear.weight.double(), linear.bias.double()
+        _set_linear(linear, rotation.T @ weight, rotation.T @ bias)
+    return {"pairs": len(rows), "mse_before": float(torch.mean((embeddings - teacher) ** 2)),
+            "mse_after": float(torch.mean((embeddings @ rotation - teacher) ** 2))}
+
+
 def mean_pooled_norm(student, featurize: Featurizer, pairs: TokenizedPairs, batch_size: int,
                      n_texts: int = 256) -> float:
     """The mean L2 norm of the encoder's pooled embeddings (before head and Normalize) of training texts."""

@@ -10,8 +10,9 @@ from xdistill.io import atomic_path, write_json_atomic
 
 
 def write_reports(state: Any, params: Any, outputs: Any, resumed_from: int | None,
-                  interpolation: dict[str, Any] | None) -> None:
+                  interpolation: dict[str, Any] | None, rotation: dict[str, Any] | None = None) -> None:
     """``outputs.metrics`` (summary JSON), ``outputs.history_csv`` and ``outputs.plot`` of a finished run."""
+    chosen = interpolation["selected"] if interpolation else state.best_metrics or state.last_metrics
     summary = {
         "steps": state.step,
         "best_step": state.best_step,
@@ -23,9 +24,11 @@ def write_reports(state: Any, params: Any, outputs: Any, resumed_from: int | Non
         "initial": state.initial_metrics,
         "best": state.best_metrics,
         "last": state.last_metrics,
-        # the exported student: the best checkpoint, or the interpolation chosen on dev data
-        "exported": interpolation["selected"] if interpolation else state.best_metrics or state.last_metrics,
+        # the exported student: the best checkpoint, or the interpolation chosen on dev data, measured again
+        # after the rotation onto the teacher's space where train.export_rotation is on
+        "exported": rotation["measured"] if rotation else chosen,
         "interpolation": interpolation,
+        "export_rotation": {k: v for k, v in rotation.items() if k != "measured"} if rotation else None,
     }
     if outputs.metrics is not None:
         write_json_atomic(outputs.metrics, summary)

@@ -39,6 +39,7 @@ class TrainParams:
     interpolation: list[float] | None = None
     interpolation_from: str = "start"  # "start": the student as training started; "base": the untrained base
     interpolation_tolerance: float = 0.0  # export the smallest a within this much of the best (interpolation.py)
+    export_rotation: bool = False  # rotate the exported student onto the teacher's space (alignment.py)
     collapse_threshold: float = 0.95
     train_max_pairs: int | None = None
     dev_max_pairs: int | None = 500
