@@ -314,10 +314,12 @@ def test_low_dimensional_student_with_feature_distillation(setup: dict[str, Path
         steps=8, learning_rate=3e-4,
         student={"keep_layers": 1, "output_dim": 16},
         loss={"mse": 0.0, "feature_distillation": 1.0},
+        export_rotation=True,  # on in params.yaml: a 16-d head has no teacher space to rotate onto
     )
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", tmp_path / "m.json", None, None)
     result = train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
                            str(setup["student"]), params, outputs, device="cpu")
+    assert "16-d student lives in its own space" in json.loads((tmp_path / "m.json").read_text())["export_rotation"]["skipped"]
     assert math.isfinite(result.initial["dev_mse_x100"])
     assert result.best["dev_mse_x100"] < result.initial["dev_mse_x100"]
     model = SentenceTransformer(str(tmp_path / "student"), device="cpu")

@@ -102,6 +102,17 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
     raise XdistillError(f"unknown head fit {method!r} (procrustes, least_squares)")
 
 
+def rotation_unavailable(student, teacher_dim: int) -> str | None:
+    """Why the student's output cannot be rotated onto a ``teacher_dim``-d teacher's space; None when it can."""
+    head = output_dense(student)
+    if head is None:
+        return "the student has no Dense head"
+    if head.linear.weight.shape[0] != teacher_dim:
+        return (f"a {head.linear.weight.shape[0]}-d student lives in its own space, not in the "
+                f"{teacher_dim}-d teacher's (a low-dimensional head)")
+    return None
+
+
 def rotate_output_to_teacher(student, featurize: Featurizer, pairs: TokenizedPairs, n_pairs: int,
                              batch_size: int) -> dict[str, float]:
     """Rotate the finished student's output onto the teacher's space; returns the fit MSE before and after.
@@ -114,16 +125,13 @@ def rotate_output_to_teacher(student, featurize: Featurizer, pairs: TokenizedPai
     and R preserves norms, so ``R^T normalize(W p + b) = normalize(R^T W p + R^T b)``: R folds into
     the Dense head exactly.
     """
-    head = output_dense(student)
-    if head is None:
-        raise XdistillError("export_rotation needs a Dense head on the student")
-    linear = head.linear
+    reason = rotation_unavailable(student, pairs.teacher.shape[1])
+    if reason is not None:
+        raise XdistillError(f"export_rotation: {reason}")
+    linear = output_dense(student).linear
     rows = np.linspace(0, len(pairs) - 1, num=min(n_pairs, len(pairs))).round().astype(int)
     ids = [pairs.src[i] for i in rows] + [pairs.tgt[i] for i in rows]
     teacher = torch.cat([pairs.teacher[torch.as_tensor(rows)]] * 2).double()
-    if linear.weight.shape[0] != teacher.shape[1]:
-        raise XdistillError(f"export_rotation: a {linear.weight.shape[0]}-d student cannot be rotated onto a "
-                            f"{teacher.shape[1]}-d teacher (low-dimensional students live in their own space)")
     embeddings = encode_token_ids(student, featurize, ids, batch_size).double()
     rotation = procrustes_map(embeddings, teacher)  # [dim, dim], orthogonal
     with torch.no_grad():

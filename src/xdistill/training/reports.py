@@ -26,7 +26,7 @@ def write_reports(state: Any, params: Any, outputs: Any, resumed_from: int | Non
         "last": state.last_metrics,
         # the exported student: the best checkpoint, or the interpolation chosen on dev data, measured again
         # after the rotation onto the teacher's space where train.export_rotation is on
-        "exported": rotation["measured"] if rotation else chosen,
+        "exported": (rotation or {}).get("measured", chosen),
         "interpolation": interpolation,
         "export_rotation": {k: v for k, v in rotation.items() if k != "measured"} if rotation else None,
     }

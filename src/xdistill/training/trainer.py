@@ -328,9 +328,17 @@ def _train(run: _Run) -> TrainResult:
 
 
 def _rotate_to_teacher(run: _Run) -> dict[str, Any]:
-    """Rotate the chosen student onto the teacher's space and measure it again on dev data, for the report."""
-    from xdistill.training.alignment import rotate_output_to_teacher
+    """Rotate the chosen student onto the teacher's space and measure it again on dev data, for the report.
 
+    A student that cannot share the teacher's space (a low-dimensional head) is exported as it is,
+    the reason logged and reported: the option is on by default, and such a head is a deliberate choice.
+    """
+    from xdistill.training.alignment import rotate_output_to_teacher, rotation_unavailable
+
+    reason = rotation_unavailable(run.student, run.train.teacher.shape[1])
+    if reason is not None:
+        logger.warning("train.export_rotation skipped: %s", reason)
+        return {"skipped": reason}
     fit = rotate_output_to_teacher(run.student, run.featurize, run.train, run.params.align_pairs,
                                    run.params.eval_batch_size)
     logger.info("rotated the exported student onto the teacher's space (%d pairs): mse %.6f -> %.6f",
