@@ -79,6 +79,10 @@ SUMMARY_ROWS = [
     ("teacher_space_flores_accuracy", "teacher-space retrieval, FLORES (both ways)"),
     ("teacher_space_flores_min", "teacher-space retrieval, FLORES, worst language and direction"),
     ("teacher_space_sts", "teacher-space cross-model STSb"),
+    ("teacher_space_adapter_flores_accuracy",
+     "teacher-space retrieval through the model's adapter (--teacher-space), FLORES"),
+    ("teacher_space_adapter_flores_min", "... through the adapter, worst language and direction"),
+    ("teacher_space_adapter_sts", "... through the adapter, cross-model STSb"),
 ]
 # Rows that have a natural order (else: as the metrics files list them).
 ROW_ORDER = {"sts17": list(STS17_TRACKS), "language_bias": ["expected", "actual", "difference"]}
@@ -352,7 +356,9 @@ ABLATION_EVAL = [("primary_score", "primary"), ("sts17_average", "STS17"), ("sts
                  ("sts17_crosslingual_average", "STS17 cross"), ("sts_monolingual_average", "STSb mono"),
                  ("sts_crosslingual_average", "STSb cross"), ("tatoeba_average", "Tatoeba"),
                  ("mining_flores_f1", "mining F1"), ("teacher_space_flores_accuracy", "teacher-space FLORES"),
-                 ("teacher_space_flores_min", "worst lang.")]
+                 ("teacher_space_flores_min", "worst lang."),
+                 ("teacher_space_adapter_flores_accuracy", "adapter FLORES"),
+                 ("teacher_space_adapter_flores_min", "adapter worst")]
 
 
 def _cell(value: Any, digits: int = 1) -> str:
@@ -517,6 +523,10 @@ def targets_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str
         worst = student.get("teacher_space_flores_min")
         if worst is not None:
             checks.append((f"teacher-space FLORES retrieval, worst language and direction {worst:.1f} >= 90", worst >= 90))
+        worst = student.get("teacher_space_adapter_flores_min")
+        if worst is not None:
+            checks.append((f"teacher-space FLORES retrieval through the student's adapter (--teacher-space), worst "
+                           f"language and direction {worst:.1f} >= 90", worst >= 90))
         met = sum(ok for _, ok in checks)
         lines.append(f"**{spec.get('label', spec['name'])}**: {met} of {len(checks)} targets met.")
         lines.append("")

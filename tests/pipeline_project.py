@@ -33,6 +33,7 @@ TINY_PARAMS: dict[str, Any] = {
         "align_pairs": 240,
         "interpolation": [0.0, 0.5, 1.0],
         "student": {"keep_layers": 2},
+        "teacher_adapter": {"pairs": 240, "hidden": 64, "epochs": 10, "batch_pairs": 32},
     },
     "runtime": {"log_every": 1},
     "evaluate": {

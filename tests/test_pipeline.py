@@ -100,6 +100,14 @@ def test_first_repro_runs_every_stage_and_writes_every_output(first_repro: First
     assert train["exported"]["dev_mse_x100"] <= chosen["dev_mse_x100"] + 1e-6
     assert train["exported"]["dev_sts"] == pytest.approx(chosen["dev_sts"], abs=0.5)
     assert {"dev_sts_en-en", "dev_sts_de-en", "dev_teacher_accuracy"} <= set(train["initial"])
+    # the teacher-space adapter (train.teacher_adapter) is fitted, saved with the student and scored beside
+    # the student's own output; the untrained start gets one too (what the adapter does without distillation)
+    assert train["teacher_adapter"]["pairs"] > 0 and 0 <= train["teacher_adapter"]["dev_teacher_accuracy"] <= 100
+    assert (first_repro.outputs / "models/student/teacher_space/config.json").is_file()
+    assert 0 <= models["student"]["teacher_space_adapter_flores_min"] <= models["student"][
+        "teacher_space_adapter_flores_accuracy"] <= 100
+    assert "teacher_space_adapter_flores_accuracy" in models["student-start"]
+    assert "teacher_space_adapter_flores_accuracy" not in models["student-untrained"]
     for png in ["plots/data_report.png", "plots/train_curves.png", "plots/eval/sts17.png", "plots/eval/tatoeba.png"]:
         assert (first_repro.outputs / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
     assert "| " in (first_repro.outputs / "reports/data_report.md").read_text(encoding="utf-8")

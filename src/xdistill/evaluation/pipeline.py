@@ -82,11 +82,12 @@ def prepared_inputs(raw_dir: str | Path, settings: EvaluationSettings, dev_path:
 
 
 def _load_encoder(spec: str, batch_size: int) -> CachedEncoder:
-    """The model behind ``spec``, wrapped so each distinct sentence is embedded once per run."""
-    from xdistill.models import load_encoder
+    """The model behind ``spec`` (with its teacher-space adapter, where it has one), wrapped so each
+    distinct sentence is embedded once per run."""
+    from xdistill.models.teacher_adapter import load_encoder_with_adapter
 
     logger.info("loading %s", spec)
-    return CachedEncoder(load_encoder(spec), batch_size=batch_size)
+    return CachedEncoder(load_encoder_with_adapter(spec), batch_size=batch_size)
 
 
 def run_baselines(settings: EvaluationSettings, models: dict[str, str], raw_dir: str | Path,

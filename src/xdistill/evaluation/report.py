@@ -34,6 +34,8 @@ BENCHMARK_TITLES: dict[str, str] = {
     "mining_bucc": "Bitext mining, official BUCC (P/R/F1 %)",
     "teacher_space": "Teacher-space compatibility: the teacher embeds English, the model the translation "
                      "(retrieval accuracy % both ways; cross-model STSb, Spearman x100)",
+    "teacher_space_adapter": "Teacher-space compatibility of the student's teacher-space adapter output "
+                             "(xdistill encode --teacher-space): as above, the adapter's vectors for the model's",
 }
 
 PRIMARY_SCORE_DEFINITION = (
@@ -205,6 +207,7 @@ def headline(results: Mapping[str, Any]) -> dict[str, Any]:
     mining = scores_of(results, "mining_flores") or {}
     dev_average = (scores_of(results, "dev") or {}).get("average", {})
     teacher_space = scores_of(results, "teacher_space") or {}
+    adapter = scores_of(results, "teacher_space_adapter") or {}
     tasks = task_scores(results)
     values = {
         "primary_score": primary_score(results),
@@ -227,6 +230,10 @@ def headline(results: Mapping[str, Any]) -> dict[str, Any]:
         "teacher_space_flores_min": teacher_space.get("flores", {}).get("min"),
         "teacher_space_tatoeba_accuracy": teacher_space.get("tatoeba", {}).get("average"),
         "teacher_space_sts": teacher_space.get("sts", {}).get("average"),
+        "teacher_space_adapter_flores_accuracy": adapter.get("flores", {}).get("average"),
+        "teacher_space_adapter_flores_min": adapter.get("flores", {}).get("min"),
+        "teacher_space_adapter_tatoeba_accuracy": adapter.get("tatoeba", {}).get("average"),
+        "teacher_space_adapter_sts": adapter.get("sts", {}).get("average"),
     }
     return {k: clean_number(v) for k, v in values.items() if v is not None}
 

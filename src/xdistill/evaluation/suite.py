@@ -9,7 +9,8 @@ report merges across models::
 
 Benchmark names: ``sts17``, ``sts_crosslingual``, ``sts_monolingual``, ``language_bias``
 (these three from the ``stsb`` setting), ``tatoeba``, ``dev``, ``mining_flores``, ``mining_bucc``,
-``teacher_space``; each is produced by one evaluator of :mod:`xdistill.evaluation.benchmarks`.
+``teacher_space`` (and ``teacher_space_adapter`` for a student saved with one); each is produced
+by one evaluator of :mod:`xdistill.evaluation.benchmarks`.
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ class ExportReport:
     files: dict[str, str] = field(default_factory=dict)
     size_mb: dict[str, float] = field(default_factory=dict)
     min_cosine_to_fp32: dict[str, float] = field(default_factory=dict)
+    teacher_adapter: bool = False  # the student's teacher-space adapter travelled with it (fp32, every format)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,12 +79,25 @@ def export_student(student_dir: str | Path, output_dir: str | Path, formats: Seq
         model.save(str(tmp))
         if "fp16" not in formats:
             _remove_torch_weights(tmp)
+        report.teacher_adapter = _copy_teacher_adapter(student_dir, tmp)
         for fmt in formats:
             _record(report, tmp, fmt, reference)
         write_json_atomic(tmp / REPORT_FILE, report.as_dict())
     log.info("exported %s to %s: %s", student_dir, output_dir,
              ", ".join(f"{f} {report.size_mb[f]:.1f} MB (min cosine {report.min_cosine_to_fp32[f]:.5f})" for f in formats))
     return report
+
+
+def _copy_teacher_adapter(student_dir: Path, folder: Path) -> bool:
+    """Copy the student's teacher-space adapter (a few MB) so ``--teacher-space`` works on the export too."""
+    import shutil
+
+    from xdistill.models.teacher_adapter import adapter_dir, has_adapter
+
+    if not has_adapter(student_dir):
+        return False
+    shutil.copytree(adapter_dir(student_dir), adapter_dir(folder))
+    return True
 
 
 def _check_formats(formats: Sequence[str]) -> list[str]:

@@ -77,7 +77,7 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
         raise XdistillError("align_to_teacher needs a Dense head on the student")
     linear = head.linear
     out_dim, in_dim = linear.weight.shape
-    rows, ids, teacher = _fit_sample(pairs, n_pairs)
+    rows, ids, teacher = fit_sample(pairs, n_pairs)
     if out_dim < in_dim:
         with head_bypassed(student):
             unit = encode_token_ids(student, featurize, ids, batch_size).double()
@@ -100,7 +100,7 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
     raise XdistillError(f"unknown head fit {method!r} (procrustes, least_squares)")
 
 
-def _fit_sample(pairs: TokenizedPairs, n_pairs: int) -> tuple[np.ndarray, list, torch.Tensor]:
+def fit_sample(pairs: TokenizedPairs, n_pairs: int) -> tuple[np.ndarray, list, torch.Tensor]:
     """``n_pairs`` evenly spread training pairs: their rows, the token ids of both sides (sources, then
     translations) and the teacher vector of each text's source (float64)."""
     rows = np.linspace(0, len(pairs) - 1, num=min(n_pairs, len(pairs))).round().astype(int)
@@ -135,7 +135,7 @@ def rotate_output_to_teacher(student, featurize: Featurizer, pairs: TokenizedPai
     if reason is not None:
         raise XdistillError(f"export_rotation: {reason}")
     linear = output_dense(student).linear
-    rows, ids, teacher = _fit_sample(pairs, n_pairs)
+    rows, ids, teacher = fit_sample(pairs, n_pairs)
     embeddings = encode_token_ids(student, featurize, ids, batch_size).double()
     rotation = procrustes_map(embeddings, teacher)  # [dim, dim], orthogonal
     with torch.no_grad():

@@ -8,13 +8,19 @@ interval), so no stage depends on it. :class:`OutputPaths` are the stage's outpu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.training.validation import DEV_MINING_THRESHOLDS, SELECTION_METRICS, DevScoreWeights
+
+
+# Keys that act only after the training loop, on the student it chose (what is exported): a finished
+# run's checkpoints stay valid when they change, so they stay out of the checkpoint fingerprint.
+EXPORT_ONLY_PARAMS = frozenset({"interpolation", "interpolation_from", "interpolation_tolerance", "export_rotation",
+                                "teacher_adapter"})
 
 
 @dataclass
@@ -40,6 +46,7 @@ class TrainParams:
     interpolation_from: str = "start"  # "start": the student as training started; "base": the untrained base
     interpolation_tolerance: float = 0.0  # export the smallest a within this much of the best (interpolation.py)
     export_rotation: bool = False  # rotate the exported student onto the teacher's space (alignment.py)
+    teacher_adapter: dict[str, Any] = field(default_factory=dict)  # a teacher-space output (teacher_adapter.py)
     collapse_threshold: float = 0.95
     train_max_pairs: int | None = None
     dev_max_pairs: int | None = 500
@@ -83,8 +90,15 @@ class TrainParams:
             check_alphas(self.interpolation)
         if self.interpolation_tolerance < 0:
             raise XdistillError(f"params train.interpolation_tolerance must be >= 0, got {self.interpolation_tolerance}")
+        from xdistill.training.teacher_adapter import AdapterSettings
+
+        AdapterSettings.from_params(self.teacher_adapter)
         if self.interpolation_from not in ("start", "base"):
             raise XdistillError(f"params train.interpolation_from must be start or base, got {self.interpolation_from!r}")
+
+    def loop_settings(self) -> dict[str, Any]:
+        """Every key but :data:`EXPORT_ONLY_PARAMS`: what the checkpoints of a run depend on."""
+        return {k: v for k, v in asdict(self).items() if k not in EXPORT_ONLY_PARAMS}
 
     @property
     def micro_batch(self) -> int:

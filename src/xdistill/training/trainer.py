@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from xdistill.errors import XdistillError
 from xdistill.training import checkpoint as ckpt
-from xdistill.training.batches import Featurizer, TokenizedPairs, autocast_context, tokenize_pairs
+from xdistill.training.batches import Featurizer, TokenizedPairs, autocast_context, encode_token_ids, tokenize_pairs
 from xdistill.training.distributed import DistContext
 from xdistill.training.pairs import BatchStream, read_parallel_pairs
 from xdistill.training.reports import write_reports
@@ -158,6 +158,7 @@ class _Run:
     weights: DevScoreWeights
     fingerprint: str
     head_fit: str | None
+    teacher_spec: str = ""  # the teacher the vectors come from (recorded with a teacher-space adapter)
 
     def measure(self) -> dict[str, float]:
         return validate(self.student, self.objective, self.featurize, self.validation, self.params.eval_batch_size,
@@ -228,7 +229,7 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
     objective = build_objective(params.loss, student.get_embedding_dimension(), store.dimension).to(ctx.device)
     sts_languages = sorted(set(dev_pairs.langs) - {""})
     fingerprint = ckpt.run_fingerprint({
-        "params": asdict(params),
+        "params": params.loop_settings(),
         "student": student_config.as_dict(),
         "teacher": store.teacher_id,
         "train": ckpt.file_digest(train_file),
@@ -252,7 +253,8 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
                 ", ".join(f"{b.lang} {len(b.src)}" for b in validation.mining_blocks) or "none")
     return _Run(params, runtime, outputs, ctx, student, objective, DistillationModule(student, objective), train,
                 validation, Featurizer(student, ctx.device), DevScoreWeights.from_params(params.dev_score_weights),
-                fingerprint, student_config.head_fit if student_config.align_to_teacher else None)
+                fingerprint, student_config.head_fit if student_config.align_to_teacher else None,
+                teacher_spec or store.teacher_spec)
 
 
 def _train(run: _Run) -> TrainResult:
@@ -308,9 +310,12 @@ def _train(run: _Run) -> TrainResult:
             interpolation = _interpolate(run, state)
         rotation = _rotate_to_teacher(run) if params.export_rotation else None
         save_student(run.student, outputs.model_dir)
+        adapter = _fit_teacher_adapter(run, outputs.model_dir)
         if outputs.start_dir is not None:
             _save_start(run)
-        write_reports(state, params, outputs, resumed_from, interpolation, rotation)
+            # the same adapter on the untrained start: what the adapter does without the distillation
+            _fit_teacher_adapter(run, outputs.start_dir)
+        write_reports(state, params, outputs, resumed_from, interpolation, rotation, adapter)
     ctx.barrier()
     return TrainResult(
         output_dir=outputs.model_dir,
@@ -344,6 +349,37 @@ def _rotate_to_teacher(run: _Run) -> dict[str, Any]:
     logger.info("rotated the exported student onto the teacher's space (%d pairs): mse %.6f -> %.6f",
                 fit["pairs"], fit["mse_before"], fit["mse_after"])
     return {**fit, "measured": run.measure()}
+
+
+def _fit_teacher_adapter(run: _Run, folder: Path) -> dict[str, Any] | None:
+    """Fit the teacher-space adapter (``train.teacher_adapter``) of ``run.student`` as it is now and save it
+    into its folder ``folder``; its report.
+
+    The student's own output is left as it is; the adapter is its second output for users of an
+    index built by the teacher (:mod:`xdistill.models.teacher_adapter`). Dev teacher-space accuracy
+    (teacher(English) <-> adapter(student(translation)), both ways) is measured beside the student's own.
+    """
+    from xdistill.mining.knn import retrieval_accuracy
+    from xdistill.models.teacher_adapter import save_adapter
+    from xdistill.training.alignment import fit_sample
+    from xdistill.training.teacher_adapter import AdapterSettings, fit_teacher_adapter
+
+    settings = AdapterSettings.from_params(run.params.teacher_adapter)
+    if not settings.enabled:
+        return None
+    rows, ids, teacher = fit_sample(run.train, settings.pairs)
+    embeddings = encode_token_ids(run.student, run.featurize, ids, run.params.eval_batch_size)
+    n = len(rows)
+    adapter, report = fit_teacher_adapter(embeddings[:n], embeddings[n:], teacher[:n], settings, run.teacher_spec)
+    dev = run.validation.pairs
+    translations = encode_token_ids(run.student, run.featurize, dev.tgt, run.params.eval_batch_size).numpy()
+    en2xx, xx2en = retrieval_accuracy(dev.teacher.numpy(), adapter.map(translations))
+    report.update(dev_teacher_accuracy_en2xx=100 * en2xx, dev_teacher_accuracy_xx2en=100 * xx2en,
+                  dev_teacher_accuracy=50 * (en2xx + xx2en))
+    save_adapter(adapter, folder, report)
+    logger.info("teacher-space adapter of %s fitted on %d pairs: dev teacher-space accuracy %.2f", folder, n,
+                report["dev_teacher_accuracy"])
+    return report
 
 
 def _interpolate(run: _Run, state: _LoopState) -> dict[str, Any]:
