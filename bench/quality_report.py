@@ -158,7 +158,9 @@ def summary_table(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
         for label in ("teacher", "student-untrained", "student-start", "muse", "student"):
             if label in models and names[label] not in columns:
                 columns[names[label]] = {title: models[label].get(key) for key, title in SUMMARY_ROWS}
-    return markdown_table([title for _, title in SUMMARY_ROWS], columns)
+    # a row no member measured (e.g. the adapter's, before a member had one) would be all '-'
+    rows = [title for _, title in SUMMARY_ROWS if any(values.get(title) is not None for values in columns.values())]
+    return markdown_table(rows, columns)
 
 
 def benchmark_section(members: list[tuple[dict[str, Any], dict[str, Any]]], benchmark: str, title: str) -> str:

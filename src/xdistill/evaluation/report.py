@@ -34,8 +34,10 @@ BENCHMARK_TITLES: dict[str, str] = {
     "mining_bucc": "Bitext mining, official BUCC (P/R/F1 %)",
     "teacher_space": "Teacher-space compatibility: the teacher embeds English, the model the translation "
                      "(retrieval accuracy % both ways; cross-model STSb, Spearman x100)",
-    "teacher_space_adapter": "Teacher-space compatibility of the student's teacher-space adapter output "
-                             "(xdistill encode --teacher-space): as above, the adapter's vectors for the model's",
+    "teacher_space_adapter": "Teacher-space compatibility through the student's teacher-space adapter "
+                             "(xdistill encode --teacher-space): the teacher embeds English, the adapter maps "
+                             "the model's embedding of the translation (retrieval accuracy % both ways; "
+                             "cross-model STSb, Spearman x100)",
 }
 
 PRIMARY_SCORE_DEFINITION = (
