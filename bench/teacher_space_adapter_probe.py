@@ -34,17 +34,21 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import mirror_dir  # noqa: E402
-from teacher_space_rotation_probe import LANGUAGES, TEACHER, encode, retrieval, summarise  # noqa: E402
+from teacher_space_rotation_probe import (  # noqa: E402
+    LANGUAGES,
+    TEACHER,
+    encode,
+    retrieval,
+    summarise,
+    training_sample,
+)
 
 from xdistill.data.eval_formats import read_flores
-from xdistill.data.parallel_tsv import read_parallel_pairs
 from xdistill.evaluation.dev import dev_pairs_by_language
 from xdistill.mining.flores import flores_file
 from xdistill.models.resolve import load_sentence_transformer
 from xdistill.training.alignment import procrustes_map, ridge_map
-from xdistill.training.teacher_embed import shared_store_dir
 from xdistill.training.teacher_adapter import AdapterSettings, fit_teacher_adapter
-from xdistill.training.teacher_store import TeacherStore
 
 
 def encode_pairs(model, sources: list[str], translations: list[str], cache: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,12 +95,9 @@ def main(workspace: Path, out: Path, n_pairs: int, base_spec: str | None) -> Non
     if base_spec:
         models["base_"] = load_sentence_transformer(base_spec)
     teacher = load_sentence_transformer(TEACHER)
-    store = TeacherStore.open(shared_store_dir(), teacher_spec=TEACHER)
-    train = read_parallel_pairs(workspace / "data/parallel/train.tsv.gz")
-    rows = np.linspace(0, len(train.sources) - 1, num=min(n_pairs, len(train.sources))).round().astype(int)
-    sources = [train.sources[i] for i in rows]
-    translations = [train.translations[i] for i in rows]
-    target = torch.from_numpy(store.lookup(sources))
+    sources, translations, teacher_vectors = training_sample(workspace, n_pairs)
+    rows = range(len(sources))
+    target = torch.from_numpy(teacher_vectors)
     fit_seconds: dict[str, int] = {}
     maps = {prefix: fit_maps(model, sources, translations, target, prefix, fit_seconds,
                              workspace / "probe_cache" / f"{prefix or 'student_'}{len(rows)}.npz")

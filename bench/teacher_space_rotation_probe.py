@@ -56,18 +56,25 @@ def summarise(per_language: dict[str, dict[str, float]]) -> dict[str, float]:
             "min": float(min(min(s["xx2en"], s["en2xx"]) for s in per_language.values()))}
 
 
+def training_sample(workspace: Path, n_pairs: int) -> tuple[list[str], list[str], np.ndarray]:
+    """``n_pairs`` training pairs evenly spread through the member's train.tsv.gz: sources, translations
+    and the teacher's vectors of the sources (from the shared teacher store)."""
+    train = read_parallel_pairs(workspace / "data/parallel/train.tsv.gz")
+    rows = np.linspace(0, len(train.sources) - 1, num=min(n_pairs, len(train.sources))).round().astype(int)
+    sources = [train.sources[i] for i in rows]
+    store = TeacherStore.open(shared_store_dir(), teacher_spec=TEACHER)
+    return sources, [train.translations[i] for i in rows], store.lookup(sources)
+
+
 def main(workspace: Path, out: Path, n_pairs: int) -> None:
     started = time.time()
     student = load_sentence_transformer(str(workspace / "models/student"))
     teacher = load_sentence_transformer(TEACHER)
-    store = TeacherStore.open(shared_store_dir(), teacher_spec=TEACHER)
-    train = read_parallel_pairs(workspace / "data/parallel/train.tsv.gz")
-    rows = np.linspace(0, len(train.sources) - 1, num=min(n_pairs, len(train.sources))).round().astype(int)
-    sources = [train.sources[i] for i in rows]
-    translations = [train.translations[i] for i in rows]
+    sources, translations, teacher_vectors = training_sample(workspace, n_pairs)
+    rows = range(len(sources))
     print(f"fitting on {len(rows)} training pairs (both sides)", flush=True)
     fit_student = encode(student, sources + translations)
-    fit_teacher = np.concatenate([store.lookup(sources)] * 2).astype(np.float64)
+    fit_teacher = np.concatenate([teacher_vectors] * 2).astype(np.float64)
     rotation = procrustes_map(torch.from_numpy(fit_student.astype(np.float64)), torch.from_numpy(fit_teacher)).numpy()
 
     def measure(pairs: dict[str, tuple[list[str], list[str]]]) -> dict[str, dict[str, float]]:
