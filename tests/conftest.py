@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,3 +26,22 @@ def mirror_dir() -> Path:
     if not (path / "README.md").is_file():
         pytest.fail(f"corpora mirror not found at {path}; set XDISTILL_MIRROR")
     return path
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_module_temp_dirs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Delete the temp folders a test module made once the module is over and none of its tests failed.
+
+    The pipeline projects (a student copy, its checkpoints, the DVC cache) take gigabytes each; kept to the
+    end of the session they add up to more than a CI machine's free disk (a full run once left 13 GB). A
+    failed module keeps its folders for inspection. Every fixture that makes such folders is module-scoped,
+    and this one is set up before them and torn down after them, so nothing still uses what it removes.
+    """
+    base = tmp_path_factory.getbasetemp()
+    before = set(base.iterdir())
+    failures_before = request.session.testsfailed
+    yield
+    if request.session.testsfailed != failures_before:
+        return
+    for folder in set(base.iterdir()) - before:
+        shutil.rmtree(folder, ignore_errors=True)
