@@ -28,6 +28,20 @@ def mirror_dir() -> Path:
     return path
 
 
+# The largest module (tests/test_pipeline.py: whole DVC pipelines with real students) peaks at about
+# 3.8 GB of temp files; measured by polling `du` of pytest's base folder through a full run.
+PEAK_TEMP_GB = 3.8
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Free disk where the temp folders go: a full disk shows up as scattered file errors, so say it up front."""
+    import tempfile
+
+    free_gb = shutil.disk_usage(tempfile.gettempdir()).free / 1e9
+    warning = "" if free_gb > 2 * PEAK_TEMP_GB else " -- LOW: tests that write files may fail with 'No space left'"
+    return f"xdistill: {free_gb:.1f} GB free in {tempfile.gettempdir()} (the suite peaks at ~{PEAK_TEMP_GB} GB){warning}"
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _free_module_temp_dirs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Delete the temp folders a test module made once the module is over and none of its tests failed.
