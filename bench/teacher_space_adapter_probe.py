@@ -96,11 +96,10 @@ def main(workspace: Path, out: Path, n_pairs: int, base_spec: str | None) -> Non
         models["base_"] = load_sentence_transformer(base_spec)
     teacher = load_sentence_transformer(TEACHER)
     sources, translations, teacher_vectors = training_sample(workspace, n_pairs)
-    rows = range(len(sources))
     target = torch.from_numpy(teacher_vectors)
     fit_seconds: dict[str, int] = {}
     maps = {prefix: fit_maps(model, sources, translations, target, prefix, fit_seconds,
-                             workspace / "probe_cache" / f"{prefix or 'student_'}{len(rows)}.npz")
+                             workspace / "probe_cache" / f"{prefix or 'student_'}{len(sources)}.npz")
             for prefix, model in models.items()}
     names = [name for family in maps.values() for name in family]
 
@@ -125,7 +124,7 @@ def main(workspace: Path, out: Path, n_pairs: int, base_spec: str | None) -> Non
         "what": "teacher-space retrieval (map(model(translation)) <-> teacher(English)) of an exported student "
                 "(and, prefixed base_, of its untrained base) under maps fitted on its embeddings of training pairs",
         "command": f"python bench/teacher_space_adapter_probe.py {workspace} {out} {n_pairs} {base_spec or ''}".strip(),
-        "teacher": TEACHER, "fit_pairs": int(len(rows)), "fit_seconds": fit_seconds,
+        "teacher": TEACHER, "fit_pairs": len(sources), "fit_seconds": fit_seconds,
         "dev": {name: summarise({lang: r[name] for lang, r in dev_results.items()}) for name in names},
         "flores": {name: summarise({lang: r[name] for lang, r in flores_results.items()}) for name in names},
         "per_language": {"dev": dev_results, "flores": flores_results},

@@ -71,8 +71,7 @@ def main(workspace: Path, out: Path, n_pairs: int) -> None:
     student = load_sentence_transformer(str(workspace / "models/student"))
     teacher = load_sentence_transformer(TEACHER)
     sources, translations, teacher_vectors = training_sample(workspace, n_pairs)
-    rows = range(len(sources))
-    print(f"fitting on {len(rows)} training pairs (both sides)", flush=True)
+    print(f"fitting on {len(sources)} training pairs (both sides)", flush=True)
     fit_student = encode(student, sources + translations)
     fit_teacher = np.concatenate([teacher_vectors] * 2).astype(np.float64)
     rotation = procrustes_map(torch.from_numpy(fit_student.astype(np.float64)), torch.from_numpy(fit_teacher)).numpy()
@@ -97,7 +96,7 @@ def main(workspace: Path, out: Path, n_pairs: int) -> None:
                 "as exported and after an orthogonal rotation fitted on training pairs (every cosine between "
                 "two student embeddings unchanged)",
         "command": f"python bench/teacher_space_rotation_probe.py {workspace} {out} {n_pairs}",
-        "teacher": TEACHER, "fit_pairs": int(len(rows)),
+        "teacher": TEACHER, "fit_pairs": len(sources),
         "fit_mse_x100": {"as_exported": float(100 * np.mean((fit_student - fit_teacher) ** 2)),
                           "rotated": float(100 * np.mean((fit_student @ rotation - fit_teacher) ** 2))},
         "dev": {variant: summarise({lang: r[variant] for lang, r in dev_results.items()})

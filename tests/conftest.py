@@ -37,9 +37,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     """Free disk where the temp folders go: a full disk shows up as scattered file errors, so say it up front."""
     import tempfile
 
-    free_gb = shutil.disk_usage(tempfile.gettempdir()).free / 1e9
+    folder = tempfile.gettempdir()
+    free_gb = shutil.disk_usage(folder).free / 1e9
     warning = "" if free_gb > 2 * PEAK_TEMP_GB else " -- LOW: tests that write files may fail with 'No space left'"
-    return f"xdistill: {free_gb:.1f} GB free in {tempfile.gettempdir()} (the suite peaks at ~{PEAK_TEMP_GB} GB){warning}"
+    return f"xdistill: {free_gb:.1f} GB free in {folder} (the suite peaks at ~{PEAK_TEMP_GB} GB){warning}"
 
 
 @pytest.fixture(scope="module", autouse=True)
