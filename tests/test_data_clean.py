@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from collections import Counter
 
 import pytest
@@ -188,6 +191,32 @@ def test_reservoir_and_interleave():
     assert len(reservoir.items) == 5 and reservoir.seen == 1000 and max(reservoir.items) > 5
     merged = list(interleave({"a": (3, iter("aaa")), "b": (6, iter("bbbbbb"))}, random.Random(3)))
     assert sorted(merged) == list("aaabbbbbb") and merged != sorted(merged)
+
+
+_FILTER_DIGEST = """
+import hashlib
+from xdistill.data.clean import SeenPairs
+seen = SeenPairs(12)  # small enough that false positives occur: their set must not depend on the process
+print(sum(seen.add(f"source {i}", f"Übersetzung {i}") for i in range(3000)), hashlib.sha256(seen.table).hexdigest())
+"""
+
+
+def test_seen_pairs_is_the_same_filter_in_every_process():
+    # Python's str hash is salted per process (PYTHONHASHSEED); the filter's hash must not be, or which pairs a
+    # run drops as (false) duplicates would vary between runs of the same stage.
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", _FILTER_DIGEST],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(outputs) == 1
+    false_duplicates = int(outputs.pop().split()[0])
+    assert false_duplicates > 0  # the test exercises the false positives, not only the exact part
 
 
 @pytest.mark.parametrize("bits", [9, 33])

@@ -420,6 +420,27 @@ def test_head_to_a_wider_teacher_is_a_semi_orthogonal_procrustes_map(setup: dict
     torch.testing.assert_close(aligned @ aligned.T, own @ own.T, atol=1e-5, rtol=1e-4)  # cosines kept
 
 
+def test_rotation_returns_what_the_rotated_student_now_gives_its_fit_sample(setup: dict[str, Path]) -> None:
+    """The teacher-space adapter reuses these embeddings instead of encoding the sample again: they must
+    be the rotated student's own, not the student's before the rotation."""
+    from xdistill.training.alignment import fit_sample, rotate_output_to_teacher
+    from xdistill.training.batches import Featurizer, encode_token_ids
+    from xdistill.training.student import StudentConfig, build_student
+
+    student = build_student(StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, align_to_teacher=True,
+                                          max_seq_length=32), seed=1, teacher_dim=384)
+    featurize = Featurizer(student, torch.device("cpu"))
+    generator = torch.Generator().manual_seed(0)
+    teacher = torch.nn.functional.normalize(torch.randn(len(SENTENCES), 384, generator=generator))
+    pairs = _tokenized(student, SENTENCES, teacher)
+    _, ids, _ = fit_sample(pairs, 20)
+    before = encode_token_ids(student, featurize, ids, 16)
+    fit, rotated = rotate_output_to_teacher(student, featurize, pairs, n_pairs=20, batch_size=16)
+    assert fit["pairs"] == 20 and rotated.dtype == torch.float32
+    torch.testing.assert_close(rotated, encode_token_ids(student, featurize, ids, 16), atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(rotated, before, atol=1e-2)
+
+
 def test_low_dimensional_head_starts_as_principal_axes_with_a_fitted_projection(setup: dict[str, Path],
                                                                                tmp_path: Path) -> None:
     params = {"steps": 2, "eval_every": 2, "loss": {"mse": 0.0, "feature_distillation": 1.0}}

@@ -70,7 +70,6 @@ def save_adapter(adapter: TeacherSpaceAdapter, student_dir: str | Path, report: 
 
     folder = adapter_dir(student_dir)
     with atomic_path(folder, is_dir=True) as tmp:
-        tmp.mkdir(parents=True, exist_ok=True)
         weights = {k: v.detach().contiguous().float() for k, v in adapter.state_dict().items()}
         save_file(weights, str(tmp / WEIGHTS_FILE))
         write_json_atomic(tmp / CONFIG_FILE, {"dim_in": adapter.dim_in, "dim_out": adapter.dim_out,

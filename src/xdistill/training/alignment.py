@@ -120,8 +120,10 @@ def rotation_unavailable(student, teacher_dim: int) -> str | None:
 
 
 def rotate_output_to_teacher(student, featurize: Featurizer, pairs: TokenizedPairs, n_pairs: int,
-                             batch_size: int) -> dict[str, float]:
-    """Rotate the finished student's output onto the teacher's space; returns the fit MSE before and after.
+                             batch_size: int) -> tuple[dict[str, float], torch.Tensor]:
+    """Rotate the finished student's output onto the teacher's space; returns the fit MSE before and after,
+    and the rotated student's embeddings of the fit sample (:func:`fit_sample` of ``n_pairs``: float32, equal
+    to encoding it again to rounding), which a later fit on the same sample reuses instead of encoding.
 
     WiSE-FT with ``a < 1`` leaves the student between the untrained student's space and the
     teacher's. The orthogonal R minimising ||E R - T|| (E: the student's final embeddings of both
@@ -141,8 +143,9 @@ def rotate_output_to_teacher(student, featurize: Featurizer, pairs: TokenizedPai
     with torch.no_grad():
         weight, bias = linear.weight.double(), linear.bias.double()
         _set_linear(linear, rotation.T @ weight, rotation.T @ bias)
-    return {"pairs": len(rows), "mse_before": float(torch.mean((embeddings - teacher) ** 2)),
-            "mse_after": float(torch.mean((embeddings @ rotation - teacher) ** 2))}
+    rotated = embeddings @ rotation
+    return ({"pairs": len(rows), "mse_before": float(torch.mean((embeddings - teacher) ** 2)),
+             "mse_after": float(torch.mean((rotated - teacher) ** 2))}, rotated.float())
 
 
 def mean_pooled_norm(student, featurize: Featurizer, pairs: TokenizedPairs, batch_size: int,

@@ -308,9 +308,9 @@ def _train(run: _Run) -> TrainResult:
             load_trainable_state_dict(run.student, best["model"])
         if params.interpolation:
             interpolation = _interpolate(run, state)
-        rotation = _rotate_to_teacher(run) if params.export_rotation else None
+        rotation, sample_embeddings = _rotate_to_teacher(run) if params.export_rotation else (None, None)
         save_student(run.student, outputs.model_dir)
-        adapter = _fit_teacher_adapter(run, outputs.model_dir)
+        adapter = _fit_teacher_adapter(run, outputs.model_dir, sample_embeddings)
         if outputs.start_dir is not None:
             _save_start(run)
             # the same adapter on the untrained start: what the adapter does without the distillation
@@ -332,8 +332,9 @@ def _train(run: _Run) -> TrainResult:
     )
 
 
-def _rotate_to_teacher(run: _Run) -> dict[str, Any]:
-    """Rotate the chosen student onto the teacher's space and measure it again on dev data, for the report.
+def _rotate_to_teacher(run: _Run) -> tuple[dict[str, Any], tuple[int, torch.Tensor] | None]:
+    """Rotate the chosen student onto the teacher's space and measure it again on dev data, for the report;
+    also the rotated student's embeddings of its fit sample, keyed by the sample's size (None when skipped).
 
     A student that cannot share the teacher's space (a low-dimensional head) is exported as it is,
     the reason logged and reported: the option is on by default, and such a head is a deliberate choice.
@@ -343,17 +344,20 @@ def _rotate_to_teacher(run: _Run) -> dict[str, Any]:
     reason = rotation_unavailable(run.student, run.train.teacher.shape[1])
     if reason is not None:
         logger.warning("train.export_rotation skipped: %s", reason)
-        return {"skipped": reason}
-    fit = rotate_output_to_teacher(run.student, run.featurize, run.train, run.params.align_pairs,
-                                   run.params.eval_batch_size)
+        return {"skipped": reason}, None
+    fit, embeddings = rotate_output_to_teacher(run.student, run.featurize, run.train, run.params.align_pairs,
+                                               run.params.eval_batch_size)
     logger.info("rotated the exported student onto the teacher's space (%d pairs): mse %.6f -> %.6f",
                 fit["pairs"], fit["mse_before"], fit["mse_after"])
-    return {**fit, "measured": run.measure()}
+    return {**fit, "measured": run.measure()}, (run.params.align_pairs, embeddings)
 
 
-def _fit_teacher_adapter(run: _Run, folder: Path) -> dict[str, Any] | None:
+def _fit_teacher_adapter(run: _Run, folder: Path,
+                         sample_embeddings: tuple[int, torch.Tensor] | None = None) -> dict[str, Any] | None:
     """Fit the teacher-space adapter (``train.teacher_adapter``) of ``run.student`` as it is now and save it
-    into its folder ``folder``; its report.
+    into its folder ``folder``; its report. ``sample_embeddings``: ``(n, embeddings)``, the current
+    student's embeddings of ``fit_sample(run.train, n)``, used instead of encoding when ``n`` is the
+    adapter's own sample size (the rotation's sample: about 40 s saved at the default's 4096 pairs).
 
     The student's own output is left as it is; the adapter is its second output for users of an
     index built by the teacher (:mod:`xdistill.models.teacher_adapter`). Dev teacher-space accuracy
@@ -368,7 +372,10 @@ def _fit_teacher_adapter(run: _Run, folder: Path) -> dict[str, Any] | None:
     if not settings.enabled:
         return None
     rows, ids, teacher = fit_sample(run.train, settings.pairs)
-    embeddings = encode_token_ids(run.student, run.featurize, ids, run.params.eval_batch_size)
+    if sample_embeddings is not None and sample_embeddings[0] == settings.pairs:
+        embeddings = sample_embeddings[1]
+    else:
+        embeddings = encode_token_ids(run.student, run.featurize, ids, run.params.eval_batch_size)
     n = len(rows)
     adapter, report = fit_teacher_adapter(embeddings[:n], embeddings[n:], teacher[:n], settings, run.teacher_spec)
     dev = run.validation.pairs
