@@ -159,10 +159,10 @@ def test_download_checksum_mismatch_and_missing_url(tmp_path, http_mirror):
 # ----------------------------------------------------------------- parallel
 
 
-# The duplicate filter is a Bloom filter over Python's per-process salted hash, so which pairs it wrongly
-# drops differs between processes. At 2**20 bits the ~39k pairs read here gave about five such pairs per run,
-# and one in the last 40 Spanish pairs failed the block test in CI; at 2**26 bits (8 MiB) the expected count
-# per run is about 1e-6.
+# The duplicate filter is a Bloom filter: at 2**20 bits the ~39k pairs read here gave about five false
+# "duplicates" per run (when it hashed with Python's per-process salted hash these differed between the stage
+# and this test's own chain, which failed the block test in CI once; it now hashes with XXH3, the same in
+# every process). At 2**26 bits (8 MiB) the expected count per run is about 1e-6.
 DEDUP = {"dedup_bits_log2": 26}
 
 
