@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.lightweight_helpers import LANGUAGES, tatoeba_pairs, tiny_e5_student
+from tests.lightweight_helpers import E5_SPEC, LANGUAGES, tatoeba_pairs, tiny_e5_student
 from xdistill.cli.main import main
 from xdistill.errors import XdistillError
 from xdistill.export.files import ONNX_FILES
+from xdistill.export.onnx import narrowing_matmuls, outlier_matmuls
 from xdistill.export.writer import ONNX_FP32_MIN_COSINE, ONNX_INT8_MIN_COSINE, export_student
 from xdistill.export.runtime import load_student
 from xdistill.models import load_encoder
 from xdistill.models.vocabulary import trim_vocabulary
-from xdistill.training.student import save_student
+from xdistill.training.student import StudentConfig, build_student, save_student
 
 PAIRS = {lang: tatoeba_pairs(lang, 12) for lang in LANGUAGES}
 SENTENCES = [text for pairs in PAIRS.values() for pair in pairs for text in pair]
@@ -48,6 +50,34 @@ def test_export_writes_sentence_transformers_onnx_layout_and_report(exported) ->
     assert report["size_mb"]["fp16"] < report["size_mb"]["onnx"]
     assert report["size_mb"]["onnx-int8"] < report["size_mb"]["onnx"]
     assert report["min_cosine_to_fp32"]["onnx"] >= ONNX_FP32_MIN_COSINE
+
+
+def test_graph_is_fused_and_int8_keeps_only_the_outlier_projection_in_fp32(tmp_path: Path) -> None:
+    """Three real mE5 layers: attention and GELU fused; every weight MatMul int8 except layer 0's FFN output.
+
+    On the check texts layer 0's GELU outputs span ~33, layers 1-2's ~12-14 (untrained mE5-small).
+    """
+    import onnx
+
+    student = build_student(StudentConfig(E5_SPEC, keep_layers=3, max_seq_length=64))
+    report = export_student(save_student(student, tmp_path / "student"), tmp_path / "exported", ["onnx", "onnx-int8"])
+    fp32 = onnx.load(str(tmp_path / "exported" / ONNX_FILES["onnx"]))
+    ops = Counter(node.op_type for node in fp32.graph.node)
+    assert ops["MultiHeadAttention"] == 3 and ops["BiasGelu"] == 3
+    assert ops["Attention"] == 0 and ops["SkipLayerNormalization"] == 0  # see xdistill.export.onnx.fuse_for_cpu
+    assert report.fusions["mha_bias"] == 3
+    narrowing = narrowing_matmuls(fp32)
+    assert len(narrowing) == 3 and report.int8_fp32_matmuls == [narrowing[0]]
+    int8 = onnx.load(str(tmp_path / "exported" / ONNX_FILES["onnx-int8"]))
+    weights = {init.name for init in int8.graph.initializer}
+    fp32_left = [n.name for n in int8.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+    assert fp32_left == [narrowing[0]]
+    assert Counter(n.op_type for n in int8.graph.node)["MatMulInteger"] == 3 * 6 - 1  # Q, K, V, out, FFN in/out
+
+
+def test_outlier_matmuls_are_those_spanning_over_twice_the_median() -> None:
+    assert outlier_matmuls({"a": 12.0, "b": 70.0, "c": 33.0, "d": 6.0, "e": 11.0}) == ["b", "c"]
+    assert outlier_matmuls({"only": 50.0}) == [] and outlier_matmuls({}) == []
 
 
 @pytest.mark.parametrize(("backend", "bound"), [("onnx", ONNX_FP32_MIN_COSINE), ("onnx-int8", ONNX_INT8_MIN_COSINE),

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# onnxruntime fusions the sessions turn off: its CPU SkipLayerNormalization kernel is slower than the
+# LayerNormalization + Add it replaces (see xdistill.export.onnx.fuse_for_cpu).
+DISABLED_ORT_FUSIONS = ["SkipLayerNormFusion"]
 
 
 def check_backend_files(folder: str | Path, backend: str) -> Path:
@@ -82,7 +85,8 @@ class OnnxTransformer(InputModule):
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.onnx_path = Path(onnx_path)
-        self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"],
+                                            disabled_optimizers=DISABLED_ORT_FUSIONS)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.tokenizer = tokenizer
         self._max_seq_length = max_seq_length

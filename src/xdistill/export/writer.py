@@ -24,7 +24,8 @@ ONNX_FP32_MIN_COSINE = 0.999
 # machine), 0.9997 in the tests' one-layer student over sentences of nine languages (7-bit weights, AVX2:
 # see xdistill.export.onnx.quantize_int8).
 ONNX_INT8_MIN_COSINE = 0.98
-# A fixed sample for the export's own check (the benchmark measures quality on STS17 and Tatoeba).
+# A fixed sample for the export's own check and the int8 calibration (the benchmark measures quality
+# on STS17 and Tatoeba).
 CHECK_TEXTS = [
     "A man is playing a guitar.", "Ein Mann spielt Gitarre.", "Un hombre toca la guitarra.",
     "Bir adam gitar çalıyor.", "رجل يعزف على الغيتار.", "一个男人在弹吉他。", "Мужчина играет на гитаре.",
@@ -45,6 +46,8 @@ class ExportReport:
     size_mb: dict[str, float] = field(default_factory=dict)
     min_cosine_to_fp32: dict[str, float] = field(default_factory=dict)
     teacher_adapter: bool = False  # the student's teacher-space adapter travelled with it (fp32, every format)
+    fusions: dict[str, int] = field(default_factory=dict)  # onnxruntime operator fusions applied to the graph
+    int8_fp32_matmuls: list[str] = field(default_factory=list)  # MatMuls the int8 graph keeps in fp32
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,7 +57,7 @@ def export_student(student_dir: str | Path, output_dir: str | Path, formats: Seq
     """Export the student folder ``student_dir`` into ``output_dir`` (replaced atomically)."""
     from sentence_transformers import SentenceTransformer
 
-    from xdistill.export.onnx import export_onnx, quantize_int8
+    from xdistill.export.onnx import export_onnx, fuse_for_cpu, model_input_names, quantize_int8
     from xdistill.export.runtime import check_backend_files
 
     formats = _check_formats(formats)
@@ -70,8 +73,11 @@ def export_student(student_dir: str | Path, output_dir: str | Path, formats: Seq
     with atomic_path(output_dir, is_dir=True) as tmp:
         if "onnx" in formats or "onnx-int8" in formats:
             fp32 = export_onnx(model, tmp / ONNX_FILES["onnx"])
+            report.fusions = fuse_for_cpu(fp32)
             if "onnx-int8" in formats:
-                quantize_int8(fp32, tmp / ONNX_FILES["onnx-int8"])
+                calibration = model.tokenizer(CHECK_TEXTS, padding=True, return_tensors="np")
+                feeds = {name: calibration[name].astype(np.int64) for name in model_input_names(model)}
+                report.int8_fp32_matmuls = quantize_int8(fp32, tmp / ONNX_FILES["onnx-int8"], feeds)
             if "onnx" not in formats:
                 fp32.unlink()
         if "fp16" in formats:
