@@ -179,6 +179,8 @@ def activation_ranges(graph_model, matmuls: Sequence[str], feeds: Mapping[str, n
     values = dict(zip(wanted, session.run(wanted, {i.name: feeds[i.name] for i in session.get_inputs()})))
     real = np.asarray(feeds["attention_mask"]).astype(bool)
     return {name: float(np.ptp(values[tensor][real])) for name, tensor in inputs.items()}
+
+
 def narrowing_matmuls(graph_model) -> list[str]:
     """Names of the MatMul nodes whose weight maps a wider input to a narrower output."""
     shapes = {init.name: tuple(init.dims) for init in graph_model.graph.initializer}
