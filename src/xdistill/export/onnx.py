@@ -93,9 +93,11 @@ def fuse_for_cpu(path: str | Path) -> dict[str, int]:
     Fused: erf-GELU + bias (``BiasGelu``) and scaled-dot-product attention with its Q/K/V biases
     (``MultiHeadAttention``). Deliberately not fused, though onnxscript offers both:
 
-    * the packed-QKV ``Attention`` operator: its weight is a Concat computed at run time, which
-      ``quantize_dynamic`` cannot quantise, and its int8 form (``QAttention``) has no input for the
-      additive attention mask this graph uses; separate Q/K/V MatMuls are quantised like the others;
+    * the packed-QKV ``Attention`` operator: ``quantize_dynamic`` leaves it fp32 (its weight is a
+      Concat the default constant folding leaves to run time, and onnxruntime 1.32's quantiser skips
+      any ``Attention`` with ``qkv_hidden_sizes``, which this fusion sets), and its int8 form
+      (``QAttention``) has no input for the additive attention mask this graph uses; separate Q/K/V
+      MatMuls are quantised like the others;
     * ``SkipLayerNormalization``: onnxruntime's CPU kernel for it is slower than ``LayerNormalization``
       plus ``Add`` (measured on the 12-layer 384-d student, 1024 sentences, 2 threads: 2.18 s without,
       2.73 s with it); the loader also turns off onnxruntime's own fusion of it
