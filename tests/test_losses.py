@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from scipy.stats import spearmanr
 from torch import nn
 
 from xdistill.errors import XdistillError
@@ -15,9 +16,12 @@ from xdistill.training.losses import (
     DistillationObjective,
     LossConfig,
     additive_margin_softmax_loss,
+    cosent_loss,
+    cosine_similarity_matrix,
     feature_distillation_loss,
     logit_distillation_loss,
     mse_distillation_loss,
+    similarity_ranking_loss,
 )
 
 
@@ -94,6 +98,27 @@ def test_additive_margin_softmax_value():
     assert value.item() > additive_margin_softmax_loss(src, tgt, margin=0.0, scale=scale).item()
 
 
+def test_cosent_loss_value_counts_only_pairs_the_teacher_orders():
+    # teacher: pair 0 (0.9) above pair 1 (0.1) above pair 2 (0.1, tied with 1: no term between them)
+    teacher = t([[0.9, 0.1, 0.1]])[0]
+    student = t([[0.2, 0.5, 0.4]])[0]
+    # terms: (k=1 below l=0): exp(2 * (0.5 - 0.2)); (k=2 below l=0): exp(2 * (0.4 - 0.2))
+    expected = math.log(1 + math.exp(0.6) + math.exp(0.4))
+    assert cosent_loss(student, teacher, scale=2.0).item() == pytest.approx(expected)
+    # only the order counts, not the level: shifting every student cosine changes nothing
+    assert cosent_loss(student - 0.3, teacher, scale=2.0).item() == pytest.approx(expected)
+
+
+def test_similarity_ranking_prefers_the_teachers_order():
+    generator = torch.Generator().manual_seed(1)
+    teacher = torch.randn(8, 6, generator=generator, dtype=torch.float64)
+    # a student equal to the teacher (on both sides) beats one whose rows are shuffled
+    kept = similarity_ranking_loss(teacher, teacher, teacher, scale=20.0)
+    shuffled = similarity_ranking_loss(teacher[torch.randperm(8, generator=generator)],
+                                       teacher[torch.randperm(8, generator=generator)], teacher, scale=20.0)
+    assert kept.item() < shuffled.item()
+
+
 # ---------------------------------------------------------------------------------------------
 # Training decreases each loss
 # ---------------------------------------------------------------------------------------------
@@ -140,6 +165,21 @@ def test_logit_distillation_decreases_when_trained():
     assert last < 0.5 * first
 
 
+def test_similarity_ranking_teaches_the_teachers_order_when_trained():
+    # 6-d: in 3-d a student side can stall as a mirror image of the other (same order within, not across)
+    s, g, teacher = _pairs(n=8, student_dim=6, teacher_dim=5)
+
+    def agreement() -> float:  # Spearman of the student's cross-side cosines with the teacher's, off the diagonal
+        off = ~torch.eye(8, dtype=torch.bool)
+        student = cosine_similarity_matrix(g, s)[off].detach().numpy()
+        return spearmanr(student, cosine_similarity_matrix(teacher, teacher)[off].numpy()).statistic
+
+    before = agreement()
+    first, last = _train(lambda: similarity_ranking_loss(s, g, teacher, scale=20.0), [s, g], steps=200)
+    assert last < first
+    assert before < 0.5 < 0.9 < agreement()
+
+
 def test_additive_margin_softmax_decreases_when_trained():
     s, g, _ = _pairs()
     first, last = _train(lambda: additive_margin_softmax_loss(s, g, margin=0.3, scale=20.0), [s, g])
@@ -150,7 +190,7 @@ def test_additive_margin_softmax_decreases_when_trained():
 # The objective
 # ---------------------------------------------------------------------------------------------
 
-SUBSETS = [c for k in range(1, 5) for c in itertools.combinations(LOSS_NAMES, k)]
+SUBSETS = [c for k in range(1, len(LOSS_NAMES) + 1) for c in itertools.combinations(LOSS_NAMES, k)]
 
 
 @pytest.mark.parametrize("active", SUBSETS, ids=["+".join(c) for c in SUBSETS])
@@ -168,6 +208,7 @@ def test_objective_any_subset(active: tuple[str, ...]):
         "feature_distillation": lambda: feature_distillation_loss(objective.projection, s, g, teacher),
         "logit_distillation": lambda: logit_distillation_loss(s, g, teacher, 0.2),
         "additive_margin_softmax": lambda: additive_margin_softmax_loss(s, g, 0.3, 20.0),
+        "similarity_ranking": lambda: similarity_ranking_loss(s, g, teacher, 20.0),
     }
     for name in active:
         assert parts[name].item() == pytest.approx(expected[name]().item(), rel=1e-6)

@@ -1,4 +1,4 @@
-"""Distillation losses: Reimers & Gurevych MSE and the LEALLA / LaBSE objectives.
+"""Distillation losses: Reimers & Gurevych MSE, the LEALLA / LaBSE objectives and a ranking distillation.
 
 All functions take embeddings as ``[batch, dim]`` tensors where row ``i`` of ``student_src``
 (English source), ``student_tgt`` (its translation) and ``teacher_src`` (the teacher's vector of
@@ -13,7 +13,7 @@ Conventions (documented once, used everywhere):
   sentence-transformers' ``MSELoss`` averages its per-column MSEs; and the **sum** of the two
   directions for the additive margin softmax, as LaBSE defines its bidirectional loss.
 
-:class:`DistillationObjective` combines any subset of the four with weights and owns the
+:class:`DistillationObjective` combines any subset of the five with weights and owns the
 trainable projection of feature distillation (the projection is never part of the exported student).
 """
 
@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 
-LOSS_NAMES = ("mse", "feature_distillation", "logit_distillation", "additive_margin_softmax")
+LOSS_NAMES = ("mse", "feature_distillation", "logit_distillation", "additive_margin_softmax", "similarity_ranking")
 
 
 def _check_pair_shapes(student_src: Tensor, student_tgt: Tensor, teacher_src: Tensor) -> None:
@@ -102,6 +102,45 @@ def additive_margin_softmax_loss(src: Tensor, tgt: Tensor, margin: float, scale:
     return F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
 
 
+def _upper_pairs(matrix: Tensor) -> Tensor:
+    """The entries above the diagonal of a square matrix (each unordered pair of a set once)."""
+    rows, cols = torch.triu_indices(len(matrix), len(matrix), offset=1, device=matrix.device)
+    return matrix[rows, cols]
+
+
+def cosent_loss(student_cosines: Tensor, teacher_cosines: Tensor, scale: float) -> Tensor:
+    """CoSENT (Su 2022) with the teacher's cosines as the order: ``log(1 + sum exp(scale * (s_k - s_l)))``
+    over every pair of pairs ``(k, l)`` that the teacher ranks ``t_l > t_k``.
+
+    Only the order of the student's cosines counts, not their level, so a student whose cosines
+    sit in another range (mE5's lie in [0.7, 1]) is not pushed to the teacher's range first.
+    """
+    differences = scale * (student_cosines[:, None] - student_cosines[None, :])
+    ranked_below = teacher_cosines[:, None] < teacher_cosines[None, :]
+    differences = differences.masked_fill(~ranked_below, float("-inf"))
+    zero = torch.zeros(1, dtype=differences.dtype, device=differences.device)
+    return torch.logsumexp(torch.cat([zero, differences.flatten()]), dim=0)
+
+
+def similarity_ranking_loss(student_src: Tensor, student_tgt: Tensor, teacher_src: Tensor, scale: float) -> Tensor:
+    """Distil how the teacher ranks sentence pairs by similarity, the quantity STS scores measure.
+
+    Every pair of the batch's English sources (``en-en``), of their translations (``xx-xx``) and
+    of a translation with another pair's source (``xx-en``) is scored by the student's cosine and
+    ordered by the teacher's cosine of the two English sources; each family contributes one
+    :func:`cosent_loss` and the loss is their mean. Works across dimensions (only cosines count).
+    """
+    _check_pair_shapes(student_src, student_tgt, teacher_src)
+    teacher = cosine_similarity_matrix(teacher_src, teacher_src)
+    off_diagonal = ~torch.eye(len(teacher), dtype=torch.bool, device=teacher.device)
+    families = [
+        (_upper_pairs(cosine_similarity_matrix(student_src, student_src)), _upper_pairs(teacher)),
+        (_upper_pairs(cosine_similarity_matrix(student_tgt, student_tgt)), _upper_pairs(teacher)),
+        (cosine_similarity_matrix(student_tgt, student_src)[off_diagonal], teacher[off_diagonal]),
+    ]
+    return torch.stack([cosent_loss(student, target, scale) for student, target in families]).mean()
+
+
 @dataclass(frozen=True)
 class LossConfig:
     """Weights (0 = off) and hyper-parameters of the distillation objective.
@@ -118,9 +157,11 @@ class LossConfig:
     feature_distillation: float = 0.0
     logit_distillation: float = 0.0
     additive_margin_softmax: float = 0.0
+    similarity_ranking: float = 0.0
     temperature: float = 0.1  # logit distillation; cosines / T
     margin: float = 0.3  # additive margin softmax, LaBSE's value
     scale: float = 20.0  # additive margin softmax; cosines in [-1, 1] need a scale to be sharp logits
+    ranking_scale: float = 20.0  # similarity ranking (CoSENT's own default)
 
     def __post_init__(self) -> None:
         for name in LOSS_NAMES:
@@ -128,8 +169,9 @@ class LossConfig:
                 raise XdistillError(f"loss weight {name} must be >= 0, got {getattr(self, name)}")
         if not any(getattr(self, name) > 0 for name in LOSS_NAMES):
             raise XdistillError(f"every loss weight is 0; turn on at least one of {', '.join(LOSS_NAMES)}")
-        if self.temperature <= 0 or self.scale <= 0:
-            raise XdistillError(f"temperature and scale must be positive, got {self.temperature}, {self.scale}")
+        if min(self.temperature, self.scale, self.ranking_scale) <= 0:
+            raise XdistillError(f"temperature, scale and ranking_scale must be positive, got "
+                                f"{self.temperature}, {self.scale}, {self.ranking_scale}")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> LossConfig:
@@ -184,6 +226,10 @@ class DistillationObjective(nn.Module):
         if self.config.additive_margin_softmax > 0:
             parts["additive_margin_softmax"] = additive_margin_softmax_loss(
                 student_src, student_tgt, self.config.margin, self.config.scale
+            )
+        if self.config.similarity_ranking > 0:
+            parts["similarity_ranking"] = similarity_ranking_loss(
+                student_src, student_tgt, teacher_src, self.config.ranking_scale
             )
         total = sum(getattr(self.config, name) * value for name, value in parts.items())
         return total, {name: value.detach() for name, value in parts.items()}
