@@ -223,3 +223,32 @@ def test_exported_student_embeds_whole_inputs(setup: dict[str, Path], tmp_path: 
     long_text = " ".join(["word"] * 100)
     short = model.encode([" ".join(["word"] * 14)])
     assert not np.allclose(model.encode([long_text]), short, atol=1e-4)
+
+
+def test_similarity_ranking_teaches_the_student_the_teachers_order(setup: dict[str, Path], tmp_path: Path) -> None:
+    """Trained on the teacher-ranked similarity loss alone, the 1-layer student orders the training pairs'
+    cosines (English with English, German with English) more like the 6-layer teacher than it did at the start."""
+    from scipy.stats import spearmanr
+
+    from xdistill.training.teacher_store import TeacherStore
+
+    outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", tmp_path / "train.json", None, None,
+                          start_dir=tmp_path / "start")
+    train_student(setup["train"], setup["dev"], setup["store"], str(setup["student"]),
+                  tiny_train_params(steps=30, learning_rate=1e-3, eval_every=30, checkpoint_every=30, interpolation=None,
+                                    loss={"mse": 0.0, "similarity_ranking": 1.0}),
+                  outputs, device="cpu", dev_sts_dir=stsb_dir())
+    english, german = map(list, zip(*_pairs(setup["train"])))
+    teacher = TeacherStore.open(setup["store"]).lookup(english)
+    teacher_cosines = teacher @ teacher.T
+    upper = np.triu_indices(len(english), k=1)
+    off_diagonal = ~np.eye(len(english), dtype=bool)
+
+    def agreement(folder: Path) -> float:
+        model = SentenceTransformer(str(folder), device="cpu")
+        en, de = (model.encode(texts, convert_to_numpy=True, normalize_embeddings=True) for texts in (english, german))
+        return float(np.mean([spearmanr((en @ en.T)[upper], teacher_cosines[upper]).statistic,
+                              spearmanr((de @ en.T)[off_diagonal], teacher_cosines[off_diagonal]).statistic]))
+
+    before, after = agreement(tmp_path / "start"), agreement(tmp_path / "student")
+    assert after > before + 0.05, (before, after)
