@@ -13,6 +13,7 @@ from torch import nn
 from xdistill.errors import XdistillError
 from xdistill.training.losses import (
     LOSS_NAMES,
+    MAX_RANKED_PAIRS,
     DistillationObjective,
     LossConfig,
     additive_margin_softmax_loss,
@@ -107,6 +108,15 @@ def test_cosent_loss_value_counts_only_pairs_the_teacher_orders():
     assert cosent_loss(student, teacher, scale=2.0).item() == pytest.approx(expected)
     # only the order counts, not the level: shifting every student cosine changes nothing
     assert cosent_loss(student - 0.3, teacher, scale=2.0).item() == pytest.approx(expected)
+
+
+def test_cosent_loss_scores_large_families_on_a_bounded_subset():
+    generator = torch.Generator().manual_seed(2)
+    teacher = torch.rand(3 * MAX_RANKED_PAIRS, generator=generator)
+    # the student agrees with the teacher's order: every subset of it does too, so the loss stays at its floor
+    agreeing = cosent_loss(teacher, teacher, scale=20.0)
+    assert agreeing.item() < cosent_loss(-teacher, teacher, scale=20.0).item()
+    assert torch.isfinite(agreeing)
 
 
 def test_similarity_ranking_prefers_the_teachers_order():
