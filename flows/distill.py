@@ -126,6 +126,10 @@ class LossWeights(BaseModel):
     additive_margin_softmax: LossWeight | MISSING = Field(
         MISSING, title="Additive margin softmax",
         description="Translation ranking against in-batch negatives, both directions (LaBSE).")
+    similarity_ranking: LossWeight | MISSING = Field(
+        MISSING, title="Teacher-ranked similarity",
+        description="CoSENT over the batch's sentence pairs ordered by the teacher's cosines: the order of "
+                    "similarities that STS scores, not the teacher's coordinates.")
 
     def params(self) -> dict[str, float]:
         """The filled-in weights as params.yaml values by dotted key."""
