@@ -26,24 +26,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from teacher_space_rotation_probe import TEACHER  # noqa: E402
+from teacher_space_rotation_probe import TEACHER, parallel_sample  # noqa: E402
 
-from xdistill.data.parallel_tsv import read_parallel_pairs
 from xdistill.models.resolve import default_prompt, load_sentence_transformer
-from xdistill.training.teacher_embed import shared_store_dir
-from xdistill.training.teacher_store import TeacherStore
 
 SENTENCES = 6000
 HELD_OUT_EVERY = 6  # every 6th sentence scores the linear probe, the others fit it
-
-
-def english_sample(train_tsv: Path, count: int) -> tuple[list[str], np.ndarray]:
-    """``count`` English sources evenly spread through the file and the teacher's vectors of them."""
-    sources = read_parallel_pairs(train_tsv).sources
-    rows = np.unique(np.linspace(0, len(sources) - 1, num=min(count, len(sources))).round().astype(int))
-    texts = [sources[i] for i in rows]
-    store = TeacherStore.open(shared_store_dir(), teacher_spec=TEACHER)
-    return texts, store.lookup(texts).astype(np.float64)
 
 
 def mse_x100(predicted: np.ndarray, target: np.ndarray) -> float:
@@ -72,7 +60,8 @@ def measure(spec: str, texts: list[str], teacher: np.ndarray) -> dict[str, objec
 
 def main(train_tsv: Path, out: Path, models: list[str]) -> None:
     started = time.time()
-    texts, teacher = english_sample(train_tsv, SENTENCES)
+    texts, _, teacher = parallel_sample(train_tsv, SENTENCES)
+    teacher = teacher.astype(np.float64)
     results = {}
     for item in models:
         name, _, spec = item.partition("=")

@@ -59,7 +59,12 @@ def summarise(per_language: dict[str, dict[str, float]]) -> dict[str, float]:
 def training_sample(workspace: Path, n_pairs: int) -> tuple[list[str], list[str], np.ndarray]:
     """``n_pairs`` training pairs evenly spread through the member's train.tsv.gz: sources, translations
     and the teacher's vectors of the sources (from the shared teacher store)."""
-    train = read_parallel_pairs(workspace / "data/parallel/train.tsv.gz")
+    return parallel_sample(workspace / "data/parallel/train.tsv.gz", n_pairs)
+
+
+def parallel_sample(train_tsv: Path, n_pairs: int) -> tuple[list[str], list[str], np.ndarray]:
+    """:func:`training_sample` of any parallel TSV whose sources are in the shared teacher store."""
+    train = read_parallel_pairs(train_tsv)
     rows = np.linspace(0, len(train.sources) - 1, num=min(n_pairs, len(train.sources))).round().astype(int)
     sources = [train.sources[i] for i in rows]
     store = TeacherStore.open(shared_store_dir(), teacher_spec=TEACHER)

@@ -142,10 +142,11 @@ def similarity_ranking_loss(student_src: Tensor, student_tgt: Tensor, teacher_sr
     """
     _check_pair_shapes(student_src, student_tgt, teacher_src)
     teacher = cosine_similarity_matrix(teacher_src, teacher_src)
+    teacher_upper = _upper_pairs(teacher)  # en-en and xx-xx pairs share the order of their English sources
     off_diagonal = ~torch.eye(len(teacher), dtype=torch.bool, device=teacher.device)
     families = [
-        (_upper_pairs(cosine_similarity_matrix(student_src, student_src)), _upper_pairs(teacher)),
-        (_upper_pairs(cosine_similarity_matrix(student_tgt, student_tgt)), _upper_pairs(teacher)),
+        (_upper_pairs(cosine_similarity_matrix(student_src, student_src)), teacher_upper),
+        (_upper_pairs(cosine_similarity_matrix(student_tgt, student_tgt)), teacher_upper),
         (cosine_similarity_matrix(student_tgt, student_src)[off_diagonal], teacher[off_diagonal]),
     ]
     return torch.stack([cosent_loss(student, target, scale) for student, target in families]).mean()
