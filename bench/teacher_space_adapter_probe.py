@@ -37,10 +37,11 @@ from common import mirror_dir  # noqa: E402
 from teacher_space_rotation_probe import (  # noqa: E402
     LANGUAGES,
     TEACHER,
+    TRAIN_TSV,
     encode,
+    parallel_sample,
     retrieval,
     summarise,
-    training_sample,
 )
 
 from xdistill.data.eval_formats import read_flores
@@ -95,7 +96,7 @@ def main(workspace: Path, out: Path, n_pairs: int, base_spec: str | None) -> Non
     if base_spec:
         models["base_"] = load_sentence_transformer(base_spec)
     teacher = load_sentence_transformer(TEACHER)
-    sources, translations, teacher_vectors = training_sample(workspace, n_pairs)
+    sources, translations, teacher_vectors = parallel_sample(workspace / TRAIN_TSV, n_pairs)
     target = torch.from_numpy(teacher_vectors)
     fit_seconds: dict[str, int] = {}
     maps = {prefix: fit_maps(model, sources, translations, target, prefix, fit_seconds,

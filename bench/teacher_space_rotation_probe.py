@@ -56,14 +56,12 @@ def summarise(per_language: dict[str, dict[str, float]]) -> dict[str, float]:
             "min": float(min(min(s["xx2en"], s["en2xx"]) for s in per_language.values()))}
 
 
-def training_sample(workspace: Path, n_pairs: int) -> tuple[list[str], list[str], np.ndarray]:
-    """``n_pairs`` training pairs evenly spread through the member's train.tsv.gz: sources, translations
-    and the teacher's vectors of the sources (from the shared teacher store)."""
-    return parallel_sample(workspace / "data/parallel/train.tsv.gz", n_pairs)
+TRAIN_TSV = "data/parallel/train.tsv.gz"  # a member workspace's training pairs
 
 
 def parallel_sample(train_tsv: Path, n_pairs: int) -> tuple[list[str], list[str], np.ndarray]:
-    """:func:`training_sample` of any parallel TSV whose sources are in the shared teacher store."""
+    """``n_pairs`` pairs evenly spread through a parallel TSV (a member's :data:`TRAIN_TSV`): sources,
+    translations and the teacher's vectors of the sources (from the shared teacher store)."""
     train = read_parallel_pairs(train_tsv)
     rows = np.linspace(0, len(train.sources) - 1, num=min(n_pairs, len(train.sources))).round().astype(int)
     sources = [train.sources[i] for i in rows]
@@ -75,7 +73,7 @@ def main(workspace: Path, out: Path, n_pairs: int) -> None:
     started = time.time()
     student = load_sentence_transformer(str(workspace / "models/student"))
     teacher = load_sentence_transformer(TEACHER)
-    sources, translations, teacher_vectors = training_sample(workspace, n_pairs)
+    sources, translations, teacher_vectors = parallel_sample(workspace / TRAIN_TSV, n_pairs)
     print(f"fitting on {len(sources)} training pairs (both sides)", flush=True)
     fit_student = encode(student, sources + translations)
     fit_teacher = np.concatenate([teacher_vectors] * 2).astype(np.float64)
