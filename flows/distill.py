@@ -6,7 +6,8 @@ How a run works
 
 1. clones the project's last commit into a private workspace beside the project (so relative paths
    in params.yaml such as ``../shared/corpora`` still resolve) that uses the project's DVC cache,
-   and checks the committed outputs out of it;
+   and checks the committed outputs out of it (lock entries whose outputs were built elsewhere are
+   dropped, so that DVC looks for them in its run cache: :func:`forget_unrestorable_lock_entries`);
 2. writes the run's parameters into the workspace's params.yaml (:func:`write_params`);
 3. runs ``dvc exp run --name <experiment>`` there: DVC decides what runs (dvc.lock, its run cache),
    gives the stages ``DVC_EXP_NAME`` and commits the experiment with its metrics, plots and
@@ -423,11 +424,40 @@ def prepare_workspace(root: str, name: str, workspace_parent: str | None = None)
     run_checked(["git", "clone", "--quiet", str(project), str(workspace)], parent)
     cache = run_checked(dvc_cmd("cache", "dir"), project)
     run_checked(dvc_cmd("cache", "dir", "--local", cache), workspace)
-    # committed outputs come from the shared cache; missing ones are simply rebuilt
+    # committed outputs come from the shared cache; missing ones come from the run cache or are rebuilt
     subprocess.run(dvc_cmd("checkout", "--quiet"), cwd=workspace, env=tool_env(), capture_output=True, check=False)
+    if forgotten := forget_unrestorable_lock_entries(workspace):
+        log.info("dvc.lock entries whose outputs this DVC cache lacks (built elsewhere), left to the run cache: %s",
+                 ", ".join(forgotten))
     log.info("workspace %s (commit %s, DVC cache %s)", workspace,
              run_checked(["git", "rev-parse", "--short", "HEAD"], workspace), cache)
     return str(workspace)
+
+
+def forget_unrestorable_lock_entries(workspace: Path) -> list[str]:
+    """Drop the workspace's dvc.lock entries whose outputs are not in the DVC cache; return their stages.
+
+    When a stage's deps and params match its dvc.lock entry, DVC restores exactly the outputs that
+    entry names and, if the cache lacks them (the lock was committed from another machine), runs the
+    stage again without looking in its run cache (``StageCache.restore`` in dvc/stage/cache.py, DVC 3).
+    Without the entry the stage counts as changed and DVC looks its deps and params up in the run
+    cache, which holds every result this machine computed: an ablation variant's ``baselines`` (the
+    same reference models on the same data) is then checked out in a second instead of recomputed.
+    """
+    from dvc.repo import Repo
+
+    lock_file = workspace / "dvc.lock"
+    if not lock_file.is_file():
+        return []
+    with Repo(str(workspace)) as repo:
+        # a stage with no lock entry has no output hashes and counts as not cached: popping it is a no-op
+        lacking = sorted(stage.name for stage in repo.index.stages
+                         if stage.cmd and stage.outs and not stage.outs_cached())
+    lock = yaml.safe_load(lock_file.read_text(encoding="utf-8"))
+    forgotten = [name for name in lacking if lock.get("stages", {}).pop(name, None) is not None]
+    if forgotten:
+        write_text_atomic(lock_file, yaml.safe_dump(lock, sort_keys=False))
+    return forgotten
 
 
 @task(task_run_name="set-params")

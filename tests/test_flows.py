@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -107,6 +108,12 @@ def test_stage_output_is_split_into_lines_and_errors_are_found() -> None:
     assert distill_flows.stage_error([f"line {i}" for i in range(30)]).startswith("line 15 |")
 
 
+def init_git_dvc(project: Path) -> None:
+    for cmd in (["git", "init", "-q"], ["git", "config", "user.email", "t@x.invalid"],
+                ["git", "config", "user.name", "t"], ["dvc", "init", "-q"]):
+        run(cmd, project)
+
+
 def test_dvc_exp_run_output_is_read_stage_by_stage(tmp_path: Path) -> None:
     """A real `dvc exp run` of three stages: one runs, one is skipped on the second run, one fails."""
     project = tmp_path / "p"
@@ -118,9 +125,9 @@ def test_dvc_exp_run_output_is_read_stage_by_stage(tmp_path: Path) -> None:
                    "outs": ["two.txt"]},
         "third": {"cmd": "echo error: it broke >&2; exit 2", "deps": ["two.txt"], "outs": ["three.txt"]},
     }}), encoding="utf-8")
-    for cmd in (["git", "init", "-q"], ["git", "config", "user.email", "t@x.invalid"], ["git", "config", "user.name", "t"],
-                ["dvc", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "three stages"]):
-        run(cmd, project)
+    init_git_dvc(project)
+    run(["git", "add", "-A"], project)
+    run(["git", "commit", "-qm", "three stages"], project)
 
     def sections(name: str) -> tuple[dict[str, list[str]], list[str], int]:
         dvc_run = distill_flows.DvcRun(["exp", "run", "--name", name], project, distill_flows.tool_env())
@@ -140,6 +147,38 @@ def test_dvc_exp_run_output_is_read_stage_by_stage(tmp_path: Path) -> None:
     assert "step 2/2" in found["second"] and "error: it broke" in found["third"]
     assert distill_flows.stage_error(found["third"]) == "error: it broke"
     assert any("Reproducing experiment 'e1'" in line for line in preamble)
+
+
+def test_outputs_a_lock_names_but_this_cache_lacks_come_from_the_run_cache(tmp_path: Path) -> None:
+    """A dvc.lock committed from another machine names outputs this DVC cache lacks: DVC reruns such a
+    stage even when its run cache holds the same deps and params; without the entry it restores it."""
+    runs = tmp_path / "runs.log"
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "in.txt").write_text("same input\n", encoding="utf-8")
+    (project / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"make": {
+        # a different output on every run, like the baselines' timings: only a restore reproduces it
+        "cmd": f"echo ran >> {runs} && python -c 'import uuid; print(uuid.uuid4())' > out.txt",
+        "deps": ["in.txt"], "outs": ["out.txt"]}}}), encoding="utf-8")
+    init_git_dvc(project)
+    run(["dvc", "repro", "-q"], project)
+    built_here = (project / "out.txt").read_text()
+    lock = yaml.safe_load((project / "dvc.lock").read_text())
+    lock["stages"]["make"]["outs"][0]["md5"] = "0" * 32  # what another machine's run wrote
+    (project / "dvc.lock").write_text(yaml.safe_dump(lock), encoding="utf-8")
+    (project / "out.txt").unlink()
+    run(["git", "add", "-A"], project)
+    run(["git", "commit", "-qm", "lock from elsewhere"], project)
+    as_dvc_does = shutil.copytree(project, tmp_path / "control", symlinks=True)  # the run cache travels along
+
+    run(["dvc", "repro", "-q"], as_dvc_does)
+    assert runs.read_text().count("ran") == 2  # DVC alone recomputes it
+
+    assert distill_flows.forget_unrestorable_lock_entries(project) == ["make"]
+    assert distill_flows.forget_unrestorable_lock_entries(project) == []  # nothing left to forget
+    run(["dvc", "repro", "-q"], project)
+    assert runs.read_text().count("ran") == 2  # restored, not run
+    assert (project / "out.txt").read_text() == built_here
 
 
 # --- the sweep: the distill flow run twice on a two-stage project -------------------------------
