@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pytest
 
@@ -154,9 +155,14 @@ def open_custom_run(page: object) -> str:
 
 
 def submit_and_open_run(page: object, run_name: str) -> str:
-    """Submit the form, then open the new run from the deployment's run list; returns its id."""
+    """Submit the form, then open the new run from the deployment's page (else the Runs page); returns its id."""
     page.get_by_role("button", name="Submit").click()
-    page.get_by_role("link", name=run_name, exact=True).first.click()
+    link = page.get_by_role("link", name=run_name, exact=True)
+    if not appears(link, 60_000):
+        # once (CI, 2026-11-27) the deployment page never listed the run it had just created, and
+        # a rerun passed: the Runs page lists every flow run by name
+        page.goto(urljoin(page.url, "/runs"))
+    link.first.click()
     page.wait_for_url(re.compile(r"/runs/flow-run/"))
     return page.url.split("/runs/flow-run/", 1)[1].split("?", 1)[0]
 
