@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline_project import REPO_ROOT, run
+from pipeline_project import REPO_ROOT, init_git_dvc, run
 
 PREPARE_SCRIPT = '''\
 import json, shutil, sys
@@ -65,8 +65,7 @@ def make_mini_project(dest: Path) -> Path:
     (dest / "dvc.yaml").write_text(yaml.safe_dump(DVC_YAML, sort_keys=False), encoding="utf-8")
     (dest / "params.yaml").write_text(yaml.safe_dump(PARAMS, sort_keys=False), encoding="utf-8")
     (dest / ".gitignore").write_text((REPO_ROOT / ".gitignore").read_text(encoding="utf-8"), encoding="utf-8")
-    for cmd in (["git", "init", "-q"], ["git", "config", "user.email", "t@x.invalid"], ["git", "config", "user.name", "t"],
-                ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"], ["git", "add", "-A"],
-                ["git", "commit", "-qm", "mini pipeline"]):
-        run(cmd, dest)
+    init_git_dvc(dest)
+    run(["git", "add", "-A"], dest)
+    run(["git", "commit", "-qm", "mini pipeline"], dest)
     return dest

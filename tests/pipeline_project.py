@@ -76,6 +76,14 @@ def run(cmd: list[str], cwd: Path, check: bool = True, timeout: float = 1800) ->
     return proc
 
 
+def init_git_dvc(dest: Path) -> None:
+    """``dest`` becomes an empty git + DVC repository (offline DVC, a test identity for commits)."""
+    for cmd in (["git", "init", "-q"], ["git", "config", "user.email", "test@xdistill.invalid"],
+                ["git", "config", "user.name", "xdistill tests"], ["dvc", "init", "-q"],
+                ["dvc", "config", "core.analytics", "false"], ["dvc", "config", "core.check_update", "false"]):
+        run(cmd, dest)
+
+
 def make_pipeline_project(dest: Path, mirror: Path, overrides: dict[str, Any] | None = None,
                           tiny: bool = True) -> Path:
     """Copy the pipeline into ``dest`` (a git + DVC repo, one commit), with tiny params unless ``tiny`` is False."""
@@ -95,12 +103,7 @@ def make_pipeline_project(dest: Path, mirror: Path, overrides: dict[str, Any] | 
     params = deep_merge(params, overrides or {})
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
     shutil.copy2(REPO_ROOT / ".gitignore", dest / ".gitignore")
-    run(["git", "init", "-q"], dest)
-    run(["git", "config", "user.email", "test@xdistill.invalid"], dest)
-    run(["git", "config", "user.name", "xdistill tests"], dest)
-    run(["dvc", "init", "-q"], dest)
-    run(["dvc", "config", "core.analytics", "false"], dest)
-    run(["dvc", "config", "core.check_update", "false"], dest)
+    init_git_dvc(dest)
     run(["git", "add", "-A"], dest)
     run(["git", "commit", "-qm", "pipeline under test"], dest)
     return dest

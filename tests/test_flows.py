@@ -18,7 +18,7 @@ import pytest
 import yaml
 from ruamel.yaml import YAML
 
-from pipeline_project import REPO_ROOT, run
+from pipeline_project import REPO_ROOT, init_git_dvc, run
 
 FLOWS_DIR = REPO_ROOT / "flows"
 sys.path.insert(0, str(FLOWS_DIR))
@@ -106,12 +106,6 @@ def test_stage_output_is_split_into_lines_and_errors_are_found() -> None:
     ]
     assert distill_flows.stage_error(["a", "error: x", "b", "error: x"]) == "error: x"
     assert distill_flows.stage_error([f"line {i}" for i in range(30)]).startswith("line 15 |")
-
-
-def init_git_dvc(project: Path) -> None:
-    for cmd in (["git", "init", "-q"], ["git", "config", "user.email", "t@x.invalid"],
-                ["git", "config", "user.name", "t"], ["dvc", "init", "-q"]):
-        run(cmd, project)
 
 
 def test_dvc_exp_run_output_is_read_stage_by_stage(tmp_path: Path) -> None:
