@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -72,17 +73,30 @@ def is_ablation(config: dict[str, Any], member: dict[str, Any]) -> bool:
     return any(member["name"] == variant["name"] for variant in config.get("ablation", []) + config.get("light", []))
 
 
-def run_member(project: Path, config: dict[str, Any], member: dict[str, Any], results: Path) -> dict[str, Any]:
-    """One member through the distill flow; returns the flow's result plus what was exported."""
+def run_member(project: Path, config: dict[str, Any], member: dict[str, Any], results: Path,
+               resume: bool = True) -> dict[str, Any]:
+    """One member through the distill flow; returns the flow's result plus what was exported.
+
+    With ``resume``, a workspace that an interrupted run of the same member left behind (its process
+    killed, e.g. at the end of a working session) seeds this run's training checkpoints, so the
+    training goes on from its last checkpoint (the trainer checks that the settings are the same).
+    """
     from flows.distill import distill
 
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M")
     experiment = f"{member['name']}-{stamp}"
     workspace = project.parent / f".{project.name}-exp-{experiment}"  # where distill puts it
+    # (a leftover of this very name would be wiped by the flow's clone before its checkpoints are read)
+    interrupted = [w for w in interrupted_workspaces(project, member["name"]) if w != workspace] if resume else []
+    if interrupted:
+        print(f"{member['name']}: resuming the training checkpoints of {interrupted[-1]}", flush=True)
     started = time.monotonic()
     try:
         outcome = distill(overrides=member_overrides(config, member), experiment=experiment,
-                          project=str(project), keep_workspace=True)
+                          project=str(project), keep_workspace=True,
+                          **({"resume_from": str(interrupted[-1])} if interrupted else {}))
+        for leftover in interrupted:  # their checkpoints served this run; only a finished run deletes them
+            shutil.rmtree(leftover, ignore_errors=True)
         wall = time.monotonic() - started
         out = results / member["name"]
         export_experiment(workspace, out)
@@ -94,6 +108,19 @@ def run_member(project: Path, config: dict[str, Any], member: dict[str, Any], re
                 "command": f"python bench/quality.py run --members {member['name']}"}
     write_json(out / "run.json", run_info)
     return run_info
+
+
+def interrupted_workspaces(project: Path, name: str) -> list[Path]:
+    """Workspaces of earlier runs of member ``name`` that hold training checkpoints, oldest first.
+
+    A finished run removes its workspace, so one that is left (``.<project>-exp-<name>-<stamp>``)
+    belongs to a run whose process was killed. The stamp is matched exactly: member ``a`` never
+    picks up the workspace of member ``a-1200``.
+    """
+    pattern = re.compile(rf"\.{re.escape(project.name)}-exp-{re.escape(name)}-\d{{8}}-\d{{4}}")
+    found = [path for path in project.parent.iterdir()
+             if pattern.fullmatch(path.name) and (path / "data" / "checkpoints" / "last.pt").is_file()]
+    return sorted(found, key=lambda path: path.name[-13:])
 
 
 def export_experiment(workspace: Path, out: Path) -> None:
@@ -182,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                      help="member, ablation or light-student names (default: every member); 'ablation' = every "
                           "ablation variant, 'light' = every light student")
     run.add_argument("--skip-done", action="store_true", help="skip entries already exported (resume a queue)")
+    run.add_argument("--no-resume", dest="resume", action="store_false",
+                     help="start each member's training afresh, ignoring checkpoints an interrupted run left")
     run.add_argument("--config", type=Path, default=CONFIG)
     run.add_argument("--project", type=Path, default=REPO_ROOT, help="the project checkout (a git + DVC repo)")
     run.add_argument("--results", type=Path, default=RESULTS)
@@ -216,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.skip_done and (args.results / member["name"] / "run.json").is_file():
                 print(f"{member['name']}: already exported, skipped")
                 continue
-            info = run_member(args.project.resolve(), config, member, args.results)
+            info = run_member(args.project.resolve(), config, member, args.results, resume=args.resume)
             print(f"{member['name']}: {json.dumps(info['flow_result'].get('promotion', {}))}")
             write_results(config, args.results, args.output)
     elif args.command == "tatoeba-all":

@@ -276,6 +276,18 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def wall_time_cell(data: dict[str, Any]) -> str:
+    """The member's flow wall time. A flow resumed from the trainer's checkpoints did not redo the
+    interrupted run's steps, so its wall time alone would flatter it: the cell then also gives the
+    trainer's own training time, which the checkpoints carry across the interruption."""
+    run, train = data["run"] or {}, data["train"] or {}
+    cell = f"{run.get('wall_seconds', 0) / 60:.0f} min"
+    if train.get("resumed_from_step") is not None:
+        cell += (f" (resumed at step {train['resumed_from_step']}; "
+                 f"training {train.get('train_seconds', 0) / 60:.0f} min in all)")
+    return cell
+
+
 def students_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     lines = ["## The students: training, size and speed", "",
              "| student | teacher | steps x batch | train pairs | dev score start -> exported | dev MSE start -> exported "
@@ -296,7 +308,7 @@ def students_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> st
             f"| {_chosen(train)} "
             f"| {student.get('dimension', '-')} | {student.get('parameters', 0) / 1e6:.1f}M | {student.get('size_mb', '-')} "
             f"| {student.get('sentences_per_second', '-')} | {student.get('index_mb_per_million', '-')} "
-            f"| {run.get('wall_seconds', 0) / 60:.0f} min | {promotion.get('decision', '-')} |")
+            f"| {wall_time_cell(data)} | {promotion.get('decision', '-')} |")
     lines += ["", "Dev score and MSE are the trainer's measurements on development data (xdistill.training.validation: "
               "stsb-multi-mt dev split, held-out pairs; MSE x 100, through the projection for a low-dimensional "
               "student); 'exported' is the student the trainer chose on them (best checkpoint, then the WiSE-FT "
@@ -423,7 +435,7 @@ def ablation_section(config: Mapping[str, Any], results: Path) -> str:
         lines.append(f"| {spec.get('label', spec['name'])} (`{spec['name']}`) | {changed} | "
                      + " | ".join(_cell(exported.get(k), 2) for k, _ in ABLATION_DEV) + " | "
                      + " | ".join(_cell(student.get(k)) for k, _ in ABLATION_EVAL)
-                     + f" | {run.get('wall_seconds', 0) / 60:.0f} min | {decision} |")
+                     + f" | {wall_time_cell(data)} | {decision} |")
     lines += ["", "Command of each row: `python bench/quality.py run --members <name>` (the name in brackets). "
               "`a` = the WiSE-FT weight the trainer chose on dev data (0 = the starting student, 1 = the best "
               "checkpoint).", ""]
@@ -474,7 +486,7 @@ def light_section(config: Mapping[str, Any], results: Path) -> str:
                      f"| {_cell(speed / full_speed if speed and full_speed else None, 2)} | "
                      + " | ".join(_cell(student.get(k)) for k, _ in LIGHT_QUALITY) + " | "
                      + " | ".join(_cell(value) for value in kept)
-                     + f" | {_cell(student.get('primary_score'))} | {run.get('wall_seconds', 0) / 60:.0f} min | {decision} |")
+                     + f" | {_cell(student.get('primary_score'))} | {wall_time_cell(data)} | {decision} |")
     lines += [""]
     return "\n".join(lines) + "\n"
 

@@ -8,6 +8,7 @@ How a run works
    in params.yaml such as ``../shared/corpora`` still resolve) that uses the project's DVC cache,
    and checks the committed outputs out of it (lock entries whose outputs were built elsewhere are
    dropped, so that DVC looks for them in its run cache: :func:`forget_unrestorable_lock_entries`);
+   with ``resume_from``, an interrupted run's training checkpoints are copied in (:func:`seed_checkpoints`);
 2. writes the run's parameters into the workspace's params.yaml (:func:`write_params`);
 3. runs ``dvc exp run --name <experiment>`` there: DVC decides what runs (dvc.lock, its run cache),
    gives the stages ``DVC_EXP_NAME`` and commits the experiment with its metrics, plots and
@@ -434,6 +435,36 @@ def prepare_workspace(root: str, name: str, workspace_parent: str | None = None)
     return str(workspace)
 
 
+@task(task_run_name="seed-checkpoints")
+def seed_checkpoints(workspace: str, previous: str) -> list[str]:
+    """Copy an interrupted run's training checkpoints into this run's workspace (:func:`copy_checkpoints`)."""
+    names = copy_checkpoints(Path(previous), Path(workspace))
+    get_run_logger().info("training checkpoints %s copied from %s", ", ".join(names), previous)
+    return names
+
+
+def copy_checkpoints(previous: Path, workspace: Path) -> list[str]:
+    """Copy the training checkpoints of workspace ``previous`` into ``workspace``; return their names.
+
+    The train stage keeps ``data/checkpoints`` across runs (``persist`` in dvc.yaml) and resumes from
+    ``last.pt`` only when the checkpoint's fingerprint (settings, data, teacher) matches its own, so
+    seeding is safe: the trainer deletes checkpoints of other settings instead of training on them.
+    """
+    from xdistill.training.settings import OutputPaths
+
+    relative = OutputPaths().checkpoint_dir
+    source = previous / relative
+    checkpoints = sorted(source.glob("*.pt"))
+    if not checkpoints:
+        raise ValueError(f"resume_from: {source} holds no training checkpoint (*.pt); "
+                         "give the workspace folder of the interrupted run")
+    target = workspace / relative
+    target.mkdir(parents=True, exist_ok=True)
+    for checkpoint in checkpoints:
+        shutil.copy2(checkpoint, target / checkpoint.name)
+    return [c.name for c in checkpoints]
+
+
 def forget_unrestorable_lock_entries(workspace: Path) -> list[str]:
     """Drop the workspace's dvc.lock entries whose outputs are not in the DVC cache; return their stages.
 
@@ -586,6 +617,7 @@ def distill(
     project: str | MISSING = MISSING,
     workspace_parent: str | MISSING = MISSING,
     keep_workspace: bool = False,
+    resume_from: str | MISSING = MISSING,
 ) -> dict[str, Any]:
     """Distil a multilingual student: the whole DVC pipeline as a DVC experiment, registered in MLflow and promoted.
 
@@ -611,6 +643,9 @@ def distill(
         project: The project checkout (default: XDISTILL_PROJECT_ROOT or the worker's working directory).
         workspace_parent: Where the private workspace goes (default: next to the project).
         keep_workspace: Keep the private workspace afterwards (debugging).
+        resume_from: The workspace folder of an interrupted run (left behind when its process was
+            killed): its training checkpoints seed this run, and the training resumes from its last
+            one when the settings and data are the same (otherwise it starts afresh).
     """
     log = get_run_logger()
     root = project_root(project if _is_set(project) else None)
@@ -622,6 +657,8 @@ def distill(
     saved = False
     committed_registration = _registration(Path(workspace), root)  # from the project's last commit, if any
     try:
+        if _is_set(resume_from):
+            seed_checkpoints(workspace, resume_from)
         params = set_params(workspace, values)
         run_experiment(Path(workspace), root, name)
         rev = push_experiment(workspace, str(root), name)

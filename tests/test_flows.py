@@ -175,6 +175,17 @@ def test_outputs_a_lock_names_but_this_cache_lacks_come_from_the_run_cache(tmp_p
     assert (project / "out.txt").read_text() == built_here
 
 
+def test_resume_from_copies_an_interrupted_runs_checkpoints_into_the_workspace(tmp_path: Path) -> None:
+    killed, fresh = tmp_path / ".p-exp-a-20261127-0502", tmp_path / ".p-exp-a-20261127-0750"
+    (killed / "data" / "checkpoints").mkdir(parents=True)
+    for name in ("last.pt", "best.pt", "initial.pt"):
+        (killed / "data" / "checkpoints" / name).write_bytes(name.encode())
+    fresh.mkdir()
+    assert distill_flows.copy_checkpoints(killed, fresh) == ["best.pt", "initial.pt", "last.pt"]
+    assert (fresh / "data" / "checkpoints" / "last.pt").read_bytes() == b"last.pt"
+    with pytest.raises(ValueError, match=r"resume_from: .*data/checkpoints holds no training checkpoint"):
+        distill_flows.copy_checkpoints(fresh / "elsewhere", tmp_path / "other")
+
 # --- the sweep: the distill flow run twice on a two-stage project -------------------------------
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -30,6 +32,41 @@ def markdown_table_after(text: str, heading: str) -> dict[str, dict[str, str]]:
         rows[cells[0]] = dict(zip(header[1:], cells[1:], strict=True))
     return rows
 
+
+def bench_module(name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``bench/<name>.py`` loaded by path; the bench scripts put bench/ on sys.path (its report.py and
+    common.py would shadow other modules of those names), so sys.path is restored after the test."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_wall_time_cell_flags_a_run_resumed_from_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resumed flow skipped the interrupted run's steps: its row must say so and give the trainer's own
+    training time (carried by the checkpoints), not only the shorter wall time of the resumed flow."""
+    wall_time_cell = bench_module("quality_report", monkeypatch).wall_time_cell
+
+    fresh = {"run": {"wall_seconds": 5400}, "train": {"resumed_from_step": None, "train_seconds": 2700}}
+    resumed = {"run": {"wall_seconds": 1800}, "train": {"resumed_from_step": 1200, "train_seconds": 3180}}
+    assert wall_time_cell(fresh) == "90 min"
+    assert wall_time_cell(resumed) == "30 min (resumed at step 1200; training 53 min in all)"
+
+
+def test_a_member_resumes_from_the_newest_workspace_its_killed_runs_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    quality = bench_module("quality", monkeypatch)
+    project = tmp_path / "main"
+    project.mkdir()
+    for name in ("q-20261126-2200", "q-20261127-0502", "q-1200-20261127-0600", "q-20261127-0700"):
+        workspace = tmp_path / f".main-exp-{name}"
+        (workspace / "data" / "checkpoints").mkdir(parents=True)
+        if name != "q-20261127-0700":  # killed before its first checkpoint: nothing to resume
+            (workspace / "data" / "checkpoints" / "last.pt").write_bytes(b"x")
+    found = quality.interrupted_workspaces(project, "q")
+    # another member whose name extends this one ("q-1200") is never picked up
+    assert [w.name for w in found] == [".main-exp-q-20261126-2200", ".main-exp-q-20261127-0502"]
 
 @pytest.mark.slow
 def test_quality_run_tiny_member_registers_exports_and_reports(tmp_path: Path, mirror_dir: Path) -> None:

@@ -290,6 +290,17 @@ def test_sigkilled_run_resumes_to_identical_weights(setup: dict[str, Path], refe
     assert metrics["best"] == reference_metrics["best"]
 
 
+def test_checkpoints_moved_to_another_folder_resume_there(setup: dict[str, Path], reference_run: Path) -> None:
+    """A killed quality member's checkpoints seed the next run's fresh workspace (flows/distill.py
+    ``resume_from``): the fingerprint must not depend on where the checkpoints or outputs live."""
+    workdir = setup["root"] / "moved"
+    shutil.copytree(reference_run / "checkpoints", workdir / "checkpoints")
+    resumed = run_cli(cli_args(workdir, setup["data"], setup["store"], setup["params"]), cwd=REPO_ROOT)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((workdir / "train.json").read_text())["resumed_from_step"] == 16  # nothing retrained
+    reference, weights = load_weights(reference_run / "student"), load_weights(workdir / "student")
+    assert all(torch.equal(tensor, weights[name]) for name, tensor in reference.items())
+
 def test_two_gloo_processes_match_one_process(setup: dict[str, Path], reference_run: Path) -> None:
     workdir = setup["root"] / "ddp"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
