@@ -117,10 +117,14 @@ def interrupted_workspaces(project: Path, name: str) -> list[Path]:
     belongs to a run whose process was killed. The stamp is matched exactly: member ``a`` never
     picks up the workspace of member ``a-1200``.
     """
+    from xdistill.training.checkpoint import LAST
+    from xdistill.training.settings import OutputPaths
+
     pattern = re.compile(rf"\.{re.escape(project.name)}-exp-{re.escape(name)}-\d{{8}}-\d{{4}}")
-    found = [path for path in project.parent.iterdir()
-             if pattern.fullmatch(path.name) and (path / "data" / "checkpoints" / "last.pt").is_file()]
-    return sorted(found, key=lambda path: path.name[-13:])
+    checkpoint = OutputPaths().checkpoint_dir / LAST  # where the train stage writes it (as the flow copies it)
+    # every match shares the prefix up to the stamp, so the name order is the time order
+    return sorted(path for path in project.parent.iterdir()
+                  if pattern.fullmatch(path.name) and (path / checkpoint).is_file())
 
 
 def export_experiment(workspace: Path, out: Path) -> None:
