@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL_STAGES = ["corpora", "parallel", "teacher_embed", "train", "baselines", "evaluate_start", "evaluate", "register"]
+ALL_STAGES = ["corpora", "parallel", "teacher_embed", "train", "start_adapter", "baselines", "evaluate_start",
+              "evaluate", "register"]
 
 
 @pytest.mark.slow

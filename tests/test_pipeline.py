@@ -24,7 +24,8 @@ from pipeline_project import make_pipeline_project, run
 
 from xdistill.registry.register import read_registration
 
-ALL_STAGES = ["corpora", "parallel", "teacher_embed", "train", "baselines", "evaluate_start", "evaluate", "register"]
+ALL_STAGES = ["corpora", "parallel", "teacher_embed", "train", "start_adapter", "baselines", "evaluate_start",
+              "evaluate", "register"]
 SENTENCES = ["The cat sits on the mat.", "Die Katze sitzt auf der Matte.", "El gato está en la alfombra."]
 
 pytestmark = pytest.mark.slow
@@ -150,6 +151,7 @@ def test_trained_student_loads_locally_and_from_the_registry(project: Path, firs
 def test_train_param_change_reruns_only_train_evaluate_register(project: Path, first_repro: FirstRepro) -> None:
     set_params(project, train={"steps": 4})
     rerun = run(["dvc", "repro"], project)
+    # the starting student does not change with the step count: its adapter and evaluation are not redone
     assert stages_run(rerun.stdout) == ["train", "evaluate", "register"]
     assert read_json(project / "metrics/train.json")["steps"] == 4
 
@@ -163,7 +165,7 @@ def test_low_dimensional_student_runs_through_the_same_pipeline(project: Path, f
     rerun = run(["dvc", "repro"], project)
     # a new student and new loss weights compute no teacher embedding and re-read no data; the new
     # head makes a new starting student
-    assert stages_run(rerun.stdout) == ["train", "evaluate_start", "evaluate", "register"]
+    assert stages_run(rerun.stdout) == ["train", "start_adapter", "evaluate_start", "evaluate", "register"]
     student = SentenceTransformer(str(project / "models/student"), device="cpu")
     assert student.encode(SENTENCES).shape == (3, 128)
     summary = read_json(project / "metrics/eval/summary.json")

@@ -43,7 +43,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         train_student(train, dev, store, minilm_folder(), tiny_train_params(steps=4, eval_every=4, **extra), outputs,
                       device="cpu", dev_sts_dir=stsb_dir(), teacher_spec=TEACHER_SPEC)
         folders[name] = out
-    return {"train": train, **folders}
+    return {"train": train, "dev": dev, "store": store, **folders}
 
 
 def _train_sources(path: Path) -> list[str]:
@@ -74,6 +74,41 @@ def test_adapter_maps_into_the_teacher_space_and_leaves_the_student_alone(traine
     assert json.loads((trained["plain"] / "train.json").read_text())["teacher_adapter"] is None
     config = json.loads((trained["adapter"] / "student" / "teacher_space" / "config.json").read_text())
     assert config["teacher"] == TEACHER_SPEC and config["dim_out"] == 384
+
+
+def test_start_adapter_stage_fits_what_the_trainer_fits(trained: dict[str, Path], tmp_path: Path) -> None:
+    """The start_adapter stage fits a saved student's adapter on exactly the trainer's inputs (pairs, token
+    lengths, batches): run on the exported student, it writes the adapter the trainer saved with it. With
+    pairs 0 it records that there is none, and the evaluation loads the model without one."""
+    from safetensors.torch import load_file
+
+    from xdistill.models.teacher_adapter import load_encoder_with_adapter
+    from xdistill.training.settings import TrainParams
+    from xdistill.training.start_adapter import DISABLED_FILE, fit_start_adapter
+
+    student = trained["adapter"] / "student"
+    params = TrainParams.from_params(tiny_train_params(steps=4, eval_every=4, teacher_adapter=ADAPTER))
+    report = fit_start_adapter(student, trained["train"], trained["dev"], trained["store"], params,
+                               tmp_path / "fitted", teacher_spec=TEACHER_SPEC, device="cpu")
+    saved = json.loads((student / "teacher_space" / "config.json").read_text())["fit"]
+    assert report["pairs"] == saved["pairs"] == 48
+    assert report["dev_teacher_accuracy"] == pytest.approx(saved["dev_teacher_accuracy"], abs=1e-6)
+    refitted, original = (load_file(str(folder / "teacher_space" / "model.safetensors"))
+                          for folder in (tmp_path / "fitted", student))
+    for name, weight in original.items():
+        torch.testing.assert_close(refitted[name], weight, atol=1e-5, rtol=1e-4)
+    plain = trained["plain"] / "student"
+    encoder = load_encoder_with_adapter(str(plain), adapter_from=tmp_path / "fitted")
+    assert encoder.teacher_adapter is not None  # the adapter from the other folder, on a model without one
+
+    off = TrainParams.from_params(tiny_train_params(teacher_adapter={"pairs": 0}))
+    assert fit_start_adapter(plain, trained["train"], trained["dev"], trained["store"], off, tmp_path / "off") is None
+    assert [p.name for p in (tmp_path / "off").iterdir()] == [DISABLED_FILE]
+    assert load_encoder_with_adapter(str(plain), adapter_from=tmp_path / "off").teacher_adapter is None
+    with pytest.raises(XdistillError, match="not a student folder"):
+        fit_start_adapter(tmp_path / "missing", trained["train"], trained["dev"], trained["store"], params,
+                          tmp_path / "never")
+    assert not (tmp_path / "never").exists()
 
 
 def test_adapter_settings_are_checked() -> None:

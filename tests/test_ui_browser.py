@@ -74,7 +74,8 @@ PROJECT_PARAMS: dict[str, Any] = {
                  "dev_max_pairs": 50, "muse": False, "mining_flores": False},
 }
 EXPERIMENT = "ui-browser-run"
-STAGES = ["corpora", "parallel", "teacher_embed", "train", "baselines", "evaluate_start", "evaluate", "register"]
+STAGES = ["corpora", "parallel", "teacher_embed", "train", "start_adapter", "baselines", "evaluate_start",
+          "evaluate", "register"]
 # a tiny run takes minutes on a quiet machine; 40 min were measured on the 2 loaded cores (nice 19)
 RUN_TIMEOUT_S = 3600
 MODEL_NAME = "xdistill-student"

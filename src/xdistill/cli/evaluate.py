@@ -32,6 +32,8 @@ DEFAULT_START = "models/student_start"
 @click.option("--student", default=DEFAULT_STUDENT, show_default=True, help="trained student model folder or spec")
 @click.option("--student-start", default=DEFAULT_START, show_default=True,
               help="the student as training started: the untrained student with its head fitted to the teacher")
+@click.option("--start-adapter", default="models/student_start_adapter", show_default=True,
+              help="folder with the starting student's teacher-space adapter (the start_adapter stage's)")
 @click.option("--start-dir", default="data/start_baseline", show_default=True,
               help="where --start writes its result; read beside --baselines-dir when it exists")
 @click.option("--baselines-dir", default="data/baselines", show_default=True)
@@ -39,7 +41,8 @@ DEFAULT_START = "models/student_start"
 @click.option("--reports-dir", default="reports/eval", show_default=True)
 @click.option("--plots-dir", default="plots/eval", show_default=True)
 def command(baselines: bool, start: bool, params: str, raw_dir: str, dev: str, student: str, student_start: str,
-            start_dir: str, baselines_dir: str, metrics_dir: str, reports_dir: str, plots_dir: str) -> int:
+            start_adapter: str, start_dir: str, baselines_dir: str, metrics_dir: str, reports_dir: str,
+            plots_dir: str) -> int:
     """Evaluate the trained student (--baselines: the reference models; --start: the starting student)."""
     from xdistill.data.languages import check_languages
     from xdistill.evaluation.pipeline import run_baselines, run_start_evaluation, run_student_evaluation
@@ -58,7 +61,8 @@ def command(baselines: bool, start: bool, params: str, raw_dir: str, dev: str, s
     if start:
         if not Path(student_start).exists():
             raise XdistillError(f"{student_start}: starting student not found (run the `train` stage first)")
-        run_start_evaluation(settings, student_start, models["teacher"], raw_dir, dev, start_dir)
+        run_start_evaluation(settings, student_start, models["teacher"], raw_dir, dev, start_dir,
+                             start_adapter if Path(start_adapter).is_dir() else None)
         click.echo(f"starting student evaluated into {start_dir}")
         return 0
     if student == DEFAULT_STUDENT and not Path(DEFAULT_STUDENT).is_dir():

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "parallel": ("parallel", "stage: extract, clean and decontaminate parallel train/dev data"),
     "teacher-embed": ("teacher_embed", "stage: embed every distinct source sentence with the teacher (cached)"),
     "train": ("train", "stage: distill the student from the teacher"),
+    "start-adapter": ("start_adapter", "stage: fit the teacher-space adapter of the student as training started"),
     "evaluate": ("evaluate", "stage: run the benchmarks for the student and the baselines"),
     "register": ("register", "stage: log the run to MLflow and register the student"),
     "promote": ("promote", "promote a registered student to champion if it passes the gate"),

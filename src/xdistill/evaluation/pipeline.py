@@ -81,13 +81,13 @@ def prepared_inputs(raw_dir: str | Path, settings: EvaluationSettings, dev_path:
         yield EvaluationInputs(eval_dir=eval_dir, dev_path=dev, flores_mining_dirs=tuple(flores_mining), bucc_dir=bucc)
 
 
-def _load_encoder(spec: str, batch_size: int) -> CachedEncoder:
-    """The model behind ``spec`` (with its teacher-space adapter, where it has one), wrapped so each
-    distinct sentence is embedded once per run."""
+def _load_encoder(spec: str, batch_size: int, adapter_from: str | Path | None = None) -> CachedEncoder:
+    """The model behind ``spec`` (with its teacher-space adapter, where it has one: in its own folder or in
+    ``adapter_from``), wrapped so each distinct sentence is embedded once per run."""
     from xdistill.models.teacher_adapter import load_encoder_with_adapter
 
     logger.info("loading %s", spec)
-    return CachedEncoder(load_encoder_with_adapter(spec), batch_size=batch_size)
+    return CachedEncoder(load_encoder_with_adapter(spec, adapter_from=adapter_from), batch_size=batch_size)
 
 
 def run_baselines(settings: EvaluationSettings, models: dict[str, str], raw_dir: str | Path,
@@ -145,12 +145,14 @@ def write_outputs(all_results: dict[str, dict[str, Any]], primary_label: str, la
 
 
 def run_start_evaluation(settings: EvaluationSettings, start_spec: str, teacher_spec: str, raw_dir: str | Path,
-                         dev_path: str | Path | None, out_dir: str | Path) -> dict[str, Any]:
+                         dev_path: str | Path | None, out_dir: str | Path,
+                         adapter_from: str | Path | None = None) -> dict[str, Any]:
     """Evaluate the student as training started into ``out_dir/student-start.json`` (its own DVC stage,
-    so recipes that share the starting student share this evaluation through DVC's run cache)."""
+    so recipes that share the starting student share this evaluation through DVC's run cache), with the
+    teacher-space adapter in ``adapter_from`` where that folder holds one (the ``start_adapter`` stage's)."""
     with prepared_inputs(raw_dir, settings, dev_path) as inputs:
         teacher = _load_encoder(teacher_spec, settings.batch_size)
-        model = _load_encoder(start_spec, settings.batch_size)
+        model = _load_encoder(start_spec, settings.batch_size, adapter_from)
         result = {**evaluate_model(model, START_LABEL, settings, inputs, teacher=teacher), "settings": settings.as_dict()}
     logger.info("%s (%s): evaluated in %.0f s", START_LABEL, start_spec, result["seconds"])
     with atomic_path(out_dir, is_dir=True) as tmp:

@@ -101,20 +101,25 @@ def load_adapter(student_dir: str | Path) -> tuple[TeacherSpaceAdapter, dict[str
 
 
 def load_encoder_with_adapter(spec: str, device: str | None = None, backend: str = "torch",
-                              teacher_space: bool = False) -> Any:
+                              teacher_space: bool = False, adapter_from: str | Path | None = None) -> Any:
     """:func:`xdistill.models.load_encoder`, plus the student's adapter where its folder has one.
 
     The encoder carries the adapter as ``encoder.teacher_adapter`` (None without one), which the
     evaluate stage scores; ``teacher_space=True`` returns the encoder whose vectors are the
-    adapter's, and fails clearly for a model without one. (A separate loader, so that the stages
-    that only embed with a model, teacher_embed for one, do not depend on this module.)
+    adapter's, and fails clearly for a model without one. ``adapter_from``: a folder holding the
+    adapter's ``teacher_space/`` instead of the model's own (the ``start_adapter`` stage writes
+    the starting student's there). (A separate loader, so that the stages that only embed with a
+    model, teacher_embed for one, do not depend on this module.)
     """
     from xdistill.models.encoders import load_encoder
     from xdistill.models.resolve import resolve_model_dir
     from xdistill.models.sources import is_inference_only
 
     encoder = load_encoder(spec, device=device, backend=backend)
-    folder = None if is_inference_only(spec) else resolve_model_dir(spec)
+    if adapter_from is not None:
+        folder: Path | None = Path(adapter_from)
+    else:
+        folder = None if is_inference_only(spec) else resolve_model_dir(spec)
     adapter = load_adapter(folder)[0] if folder is not None and (teacher_space or has_adapter(folder)) else None
     if teacher_space and adapter is None:
         raise XdistillError(f"model '{spec}' has no teacher-space adapter")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +21,7 @@ import torch.nn.functional as F
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.models.teacher_adapter import TeacherSpaceAdapter
+from xdistill.training.batches import Featurizer, TokenizedPairs
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +92,38 @@ def fit_teacher_adapter(sources: torch.Tensor, translations: torch.Tensor, targe
     with torch.no_grad():
         mse = float(sum(F.mse_loss(adapter(side), targets) for side in (sources, translations)) / 2)
     return adapter, {"pairs": len(sources), "steps": settings.epochs * steps_per_epoch, "mse": mse}
+
+
+def fit_and_save_adapter(student, featurize: Featurizer, train: TokenizedPairs, dev: TokenizedPairs,
+                         settings: AdapterSettings, teacher_spec: str, batch_size: int, folder: str | Path,
+                         sample_embeddings: tuple[int, torch.Tensor] | None = None) -> dict[str, Any]:
+    """Fit the adapter of ``student`` as it is now on ``settings.pairs`` evenly spread ``train`` pairs, save it
+    into the folder ``folder`` (``teacher_space/``) and return the fit's report, with the dev teacher-space
+    accuracy (teacher(English) <-> adapter(student(translation)) on the ``dev`` pairs, both ways).
+
+    ``sample_embeddings``: ``(n, embeddings)``, the student's embeddings of ``fit_sample(train, n)``, used
+    instead of encoding when ``n`` is the adapter's own sample size (the trainer passes the rotation's).
+    """
+    from xdistill.mining.knn import retrieval_accuracy
+    from xdistill.models.teacher_adapter import save_adapter
+    from xdistill.training.alignment import fit_sample
+    from xdistill.training.batches import encode_token_ids
+
+    rows, ids, teacher = fit_sample(train, settings.pairs)
+    if sample_embeddings is not None and sample_embeddings[0] == settings.pairs:
+        embeddings = sample_embeddings[1]
+    else:
+        embeddings = encode_token_ids(student, featurize, ids, batch_size)
+    n = len(rows)
+    adapter, report = fit_teacher_adapter(embeddings[:n], embeddings[n:], teacher[:n], settings, teacher_spec)
+    translations = encode_token_ids(student, featurize, dev.tgt, batch_size).numpy()
+    en2xx, xx2en = retrieval_accuracy(dev.teacher.numpy(), adapter.map(translations))
+    report.update(dev_teacher_accuracy_en2xx=100 * en2xx, dev_teacher_accuracy_xx2en=100 * xx2en,
+                  dev_teacher_accuracy=50 * (en2xx + xx2en))
+    save_adapter(adapter, folder, report)
+    logger.info("teacher-space adapter of %s fitted on %d pairs: dev teacher-space accuracy %.2f", folder, n,
+                report["dev_teacher_accuracy"])
+    return report
 
 
 def _loss(adapter: TeacherSpaceAdapter, sides: tuple[torch.Tensor, torch.Tensor], target: torch.Tensor,

@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from xdistill.errors import XdistillError
 from xdistill.training import checkpoint as ckpt
-from xdistill.training.batches import Featurizer, TokenizedPairs, autocast_context, encode_token_ids, tokenize_pairs
+from xdistill.training.batches import Featurizer, TokenizedPairs, autocast_context, tokenize_pairs
 from xdistill.training.distributed import DistContext
 from xdistill.training.pairs import BatchStream, read_parallel_pairs
 from xdistill.training.reports import write_reports
@@ -313,8 +313,6 @@ def _train(run: _Run) -> TrainResult:
         adapter = _fit_teacher_adapter(run, outputs.model_dir, sample_embeddings)
         if outputs.start_dir is not None:
             _save_start(run)
-            # the same adapter on the untrained start: what the adapter does without the distillation
-            _fit_teacher_adapter(run, outputs.start_dir)
         write_reports(state, params, outputs, resumed_from, interpolation, rotation, adapter)
     ctx.barrier()
     return TrainResult(
@@ -354,39 +352,19 @@ def _rotate_to_teacher(run: _Run) -> tuple[dict[str, Any], tuple[int, torch.Tens
 
 def _fit_teacher_adapter(run: _Run, folder: Path,
                          sample_embeddings: tuple[int, torch.Tensor] | None = None) -> dict[str, Any] | None:
-    """Fit the teacher-space adapter (``train.teacher_adapter``) of ``run.student`` as it is now and save it
-    into its folder ``folder``; its report. ``sample_embeddings``: ``(n, embeddings)``, the current
-    student's embeddings of ``fit_sample(run.train, n)``, used instead of encoding when ``n`` is the
-    adapter's own sample size (the rotation's sample: about 40 s saved at the default's 4096 pairs).
-
-    The student's own output is left as it is; the adapter is its second output for users of an
-    index built by the teacher (:mod:`xdistill.models.teacher_adapter`). Dev teacher-space accuracy
-    (teacher(English) <-> adapter(student(translation)), both ways) is measured beside the student's own.
+    """Fit the teacher-space adapter (``train.teacher_adapter``) of the exported student and save it into its
+    folder ``folder``; its report (None when off). The student's own output is left as it is; the adapter is
+    its second output for users of an index built by the teacher (:mod:`xdistill.models.teacher_adapter`).
+    The same adapter on the student as training started is the ``start_adapter`` stage's
+    (:mod:`xdistill.training.start_adapter`), run-cached for every recipe that shares that start.
     """
-    from xdistill.mining.knn import retrieval_accuracy
-    from xdistill.models.teacher_adapter import save_adapter
-    from xdistill.training.alignment import fit_sample
-    from xdistill.training.teacher_adapter import AdapterSettings, fit_teacher_adapter
+    from xdistill.training.teacher_adapter import AdapterSettings, fit_and_save_adapter
 
     settings = AdapterSettings.from_params(run.params.teacher_adapter)
     if not settings.enabled:
         return None
-    rows, ids, teacher = fit_sample(run.train, settings.pairs)
-    if sample_embeddings is not None and sample_embeddings[0] == settings.pairs:
-        embeddings = sample_embeddings[1]
-    else:
-        embeddings = encode_token_ids(run.student, run.featurize, ids, run.params.eval_batch_size)
-    n = len(rows)
-    adapter, report = fit_teacher_adapter(embeddings[:n], embeddings[n:], teacher[:n], settings, run.teacher_spec)
-    dev = run.validation.pairs
-    translations = encode_token_ids(run.student, run.featurize, dev.tgt, run.params.eval_batch_size).numpy()
-    en2xx, xx2en = retrieval_accuracy(dev.teacher.numpy(), adapter.map(translations))
-    report.update(dev_teacher_accuracy_en2xx=100 * en2xx, dev_teacher_accuracy_xx2en=100 * xx2en,
-                  dev_teacher_accuracy=50 * (en2xx + xx2en))
-    save_adapter(adapter, folder, report)
-    logger.info("teacher-space adapter of %s fitted on %d pairs: dev teacher-space accuracy %.2f", folder, n,
-                report["dev_teacher_accuracy"])
-    return report
+    return fit_and_save_adapter(run.student, run.featurize, run.train, run.validation.pairs, settings,
+                                run.teacher_spec, run.params.eval_batch_size, folder, sample_embeddings)
 
 
 def _interpolate(run: _Run, state: _LoopState) -> dict[str, Any]:
