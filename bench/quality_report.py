@@ -277,15 +277,25 @@ def _mean(values: list[float]) -> float | None:
 
 
 def wall_time_cell(data: dict[str, Any]) -> str:
-    """The member's flow wall time. A flow resumed from the trainer's checkpoints did not redo the
-    interrupted run's steps, so its wall time alone would flatter it: the cell then also gives the
-    trainer's own training time, which the checkpoints carry across the interruption."""
+    """The member's flow wall time and where it went. A flow resumed from the trainer's checkpoints did not
+    redo the interrupted run's steps, so its wall time alone would flatter it: the cell then also gives the
+    trainer's own training time, which the checkpoints carry across the interruption. Where the flow
+    recorded its stages, the cell names the ones DVC ran (minutes) and the ones it took from its caches,
+    so a cheap row that leaned on cached baselines says so."""
     run, train = data["run"] or {}, data["train"] or {}
-    cell = f"{run.get('wall_seconds', 0) / 60:.0f} min"
+    notes = []
     if train.get("resumed_from_step") is not None:
-        cell += (f" (resumed at step {train['resumed_from_step']}; "
-                 f"training {train.get('train_seconds', 0) / 60:.0f} min in all)")
-    return cell
+        notes.append(f"resumed at step {train['resumed_from_step']}; "
+                     f"training {train.get('train_seconds', 0) / 60:.0f} min in all")
+    stages = (run.get("flow_result") or {}).get("stages") or {}
+    ran = [f"{name} {outcome['seconds'] / 60:.0f}" for name, outcome in stages.items() if outcome["ran"]]
+    cached = [name for name, outcome in stages.items() if not outcome["ran"]]
+    if ran:
+        notes.append(f"ran {', '.join(ran)} min")
+    if cached:
+        notes.append(f"cached {', '.join(cached)}")
+    cell = f"{run.get('wall_seconds', 0) / 60:.0f} min"
+    return f"{cell} ({'; '.join(notes)})" if notes else cell
 
 
 def students_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:

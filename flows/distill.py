@@ -505,8 +505,11 @@ def set_params(workspace: str, values: dict[str, Any]) -> dict[str, Any]:
 
 
 @task(task_run_name="stage-{stage}", cache_policy=NO_CACHE)
-def follow_stage(dvc_run: DvcRun, stage: str, progress: PipelineProgress) -> str:
-    """One DVC stage of the experiment: its output into this task's log; fails when the stage fails."""
+def follow_stage(dvc_run: DvcRun, stage: str, progress: PipelineProgress) -> dict[str, Any]:
+    """One DVC stage of the experiment: its output into this task's log; fails when the stage fails.
+
+    Returns ``{"ran": bool, "seconds": float}``: whether DVC ran the command (False: up to date or
+    restored from its run cache) and how long the stage took, for the run's time budget."""
     log = get_run_logger()
     log.info("%s", dvc_run.header)
     skipped = dvc_run.header.startswith("Stage ")
@@ -530,8 +533,9 @@ def follow_stage(dvc_run: DvcRun, stage: str, progress: PipelineProgress) -> str
         progress.stage_failed(stage)
         raise StageFailed(message)
     progress.stage_finished(stage)
-    log.info("stage %s done in %.1f s", stage, time.monotonic() - started)
-    return "skipped" if skipped else "ran"
+    seconds = time.monotonic() - started
+    log.info("stage %s done in %.1f s", stage, seconds)
+    return {"ran": not skipped, "seconds": round(seconds, 1)}
 
 
 @task(retries=2, retry_delay_seconds=5, task_run_name="push-experiment")
@@ -660,12 +664,13 @@ def distill(
         if _is_set(resume_from):
             seed_checkpoints(workspace, resume_from)
         params = set_params(workspace, values)
-        run_experiment(Path(workspace), root, name)
+        stages = run_experiment(Path(workspace), root, name)
         rev = push_experiment(workspace, str(root), name)
         saved = True
         registration = record_mlflow_run(workspace, str(root), name, rev)
         result: dict[str, Any] = {"experiment": name, "experiment_rev": rev, "mlflow_run_id": registration["run_id"],
-                                  "model_version": registration["model_version"], "mlflow_url": mlflow_run_url(registration)}
+                                  "model_version": registration["model_version"], "mlflow_url": mlflow_run_url(registration),
+                                  "stages": stages}
         if promote:
             result["promotion"] = promote_task(registration["model_name"], registration["model_version"],
                                                registration["tracking_uri"], params.get("promote") or {})
@@ -683,26 +688,30 @@ def distill(
             shutil.rmtree(workspace, ignore_errors=True)
 
 
-def run_experiment(workspace: Path, root: Path, name: str) -> None:
-    """``dvc exp run --name <name>`` in the workspace, each stage it runs or skips followed as a task."""
+def run_experiment(workspace: Path, root: Path, name: str) -> dict[str, dict[str, Any]]:
+    """``dvc exp run --name <name>`` in the workspace, each stage it runs or skips followed as a task;
+    returns each stage's :func:`follow_stage` outcome, in the order DVC took them."""
     log = get_run_logger()
     stages = run_checked(dvc_cmd("stage", "list", "--name-only"), workspace).split()
     progress = PipelineProgress(stages)
     env = tool_env(**stage_env(root, workspace))
     dvc_run = DvcRun(["exp", "run", "--name", name], workspace, env)
+    outcomes: dict[str, dict[str, Any]] = {}
     try:
         for line, _ in dvc_run.section():  # DVC's own lines before the first stage
             if line.strip():
                 dvc_run.lines.append(line)
                 log.info("[dvc] %s", line)
         while dvc_run.next_stage is not None:
-            follow_stage(dvc_run, dvc_run.next_stage, progress)
+            stage = dvc_run.next_stage
+            outcomes[stage] = follow_stage(dvc_run, stage, progress)
         if dvc_run.wait() != 0:
             raise ExperimentFailed(f"dvc exp run failed: {stage_error(dvc_run.lines)}")
     finally:
         dvc_run.stop()
     for line in dvc_run.lines[-3:]:
         log.info("[dvc] %s", line)
+    return outcomes
 
 
 def _failure_markdown(exc: Exception, saved: bool) -> str:

@@ -226,6 +226,9 @@ def test_sweep_runs_each_parameter_set_as_its_own_experiment(tmp_path: Path) -> 
         results = distill_flows.sweep(param_sets=members, project=str(project))
 
     assert [r["experiment"] for r in results] == ["sweep-a", "sweep-b"]
+    for result in results:  # each stage's outcome, in DVC's order: both ran (new steps, a new student)
+        assert list(result["stages"]) == ["prepare", "register"]
+        assert all(stage["ran"] and stage["seconds"] >= 0 for stage in result["stages"].values())
     assert [r["promotion"]["decision"] for r in results] == ["promoted", "refused"]  # 0.3 first, then 0.2
     refs = _exp_refs(project)
     for member in members:

@@ -52,6 +52,13 @@ def test_wall_time_cell_flags_a_run_resumed_from_checkpoints(monkeypatch: pytest
     resumed = {"run": {"wall_seconds": 1800}, "train": {"resumed_from_step": 1200, "train_seconds": 3180}}
     assert wall_time_cell(fresh) == "90 min"
     assert wall_time_cell(resumed) == "30 min (resumed at step 1200; training 53 min in all)"
+    # the flow's record of its stages: what ran (minutes) and what came from DVC's caches
+    stages = {"teacher_embed": {"ran": True, "seconds": 20.0}, "train": {"ran": True, "seconds": 2880.0},
+              "start_adapter": {"ran": False, "seconds": 3.1}, "baselines": {"ran": False, "seconds": 4.0},
+              "evaluate": {"ran": True, "seconds": 840.0}}
+    recorded = {"run": {"wall_seconds": 3900, "flow_result": {"stages": stages}}, "train": fresh["train"]}
+    assert wall_time_cell(recorded) == ("65 min (ran teacher_embed 0, train 48, evaluate 14 min; "
+                                        "cached start_adapter, baselines)")
 
 
 def test_a_member_resumes_from_the_newest_workspace_its_killed_runs_left(

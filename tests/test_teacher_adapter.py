@@ -78,8 +78,9 @@ def test_adapter_maps_into_the_teacher_space_and_leaves_the_student_alone(traine
 
 def test_start_adapter_stage_fits_what_the_trainer_fits(trained: dict[str, Path], tmp_path: Path) -> None:
     """The start_adapter stage fits a saved student's adapter on exactly the trainer's inputs (pairs, token
-    lengths, batches): run on the exported student, it writes the adapter the trainer saved with it. With
-    pairs 0 it records that there is none, and the evaluation loads the model without one."""
+    lengths, batches): run on the exported student, it writes the adapter the trainer saved with it. The
+    adapter loads beside that student and refuses any other; with pairs 0 the stage records that there is
+    none, and the evaluation loads the model without one."""
     from safetensors.torch import load_file
 
     from xdistill.models.teacher_adapter import load_encoder_with_adapter
@@ -97,9 +98,13 @@ def test_start_adapter_stage_fits_what_the_trainer_fits(trained: dict[str, Path]
                           for folder in (tmp_path / "fitted", student))
     for name, weight in original.items():
         torch.testing.assert_close(refitted[name], weight, atol=1e-5, rtol=1e-4)
+    encoder = load_encoder_with_adapter(str(student), adapter_from=tmp_path / "fitted")
+    texts = _train_sources(trained["train"])[:4]
+    np.testing.assert_allclose(encoder.teacher_adapter.map(encoder.encode(texts)),
+                               load_encoder_with_adapter(str(student), teacher_space=True).encode(texts), atol=1e-5)
     plain = trained["plain"] / "student"
-    encoder = load_encoder_with_adapter(str(plain), adapter_from=tmp_path / "fitted")
-    assert encoder.teacher_adapter is not None  # the adapter from the other folder, on a model without one
+    with pytest.raises(XdistillError, match="fitted on another student"):  # a stale adapter is never applied
+        load_encoder_with_adapter(str(plain), adapter_from=tmp_path / "fitted")
 
     off = TrainParams.from_params(tiny_train_params(teacher_adapter={"pairs": 0}))
     assert fit_start_adapter(plain, trained["train"], trained["dev"], trained["store"], off, tmp_path / "off") is None

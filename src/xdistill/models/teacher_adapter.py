@@ -32,6 +32,8 @@ from xdistill.io import atomic_path, write_json_atomic
 ADAPTER_DIR = "teacher_space"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
+# key of the fit report: content digest of the student an adapter saved outside its folder was fitted on
+STUDENT_DIGEST = "student_digest"
 
 
 class TeacherSpaceAdapter(nn.Module):
@@ -116,15 +118,28 @@ def load_encoder_with_adapter(spec: str, device: str | None = None, backend: str
     from xdistill.models.sources import is_inference_only
 
     encoder = load_encoder(spec, device=device, backend=backend)
-    if adapter_from is not None:
-        folder: Path | None = Path(adapter_from)
-    else:
-        folder = None if is_inference_only(spec) else resolve_model_dir(spec)
-    adapter = load_adapter(folder)[0] if folder is not None and (teacher_space or has_adapter(folder)) else None
+    model_dir = None if is_inference_only(spec) else resolve_model_dir(spec)
+    folder = Path(adapter_from) if adapter_from is not None else model_dir
+    adapter = None
+    if folder is not None and (teacher_space or has_adapter(folder)):
+        adapter, config = load_adapter(folder)
+        if adapter_from is not None:
+            _check_fitted_on(folder, config, spec, model_dir)
     if teacher_space and adapter is None:
         raise XdistillError(f"model '{spec}' has no teacher-space adapter")
     encoder.teacher_adapter = adapter
     return TeacherSpaceEncoder(encoder, adapter) if teacher_space else encoder
+
+
+def _check_fitted_on(adapter_folder: Path, config: dict[str, Any], spec: str, model_dir: Path | None) -> None:
+    """An adapter kept outside its student's folder must have been fitted on that very student: a stale one
+    (the student retrained, the adapter not refitted) would give wrong teacher-space scores silently."""
+    from xdistill.models.fingerprint import folder_digest
+
+    fitted_on = (config.get("fit") or {}).get(STUDENT_DIGEST)
+    if model_dir is None or fitted_on != folder_digest(model_dir):
+        raise XdistillError(f"{adapter_folder}: teacher-space adapter fitted on another student than '{spec}' "
+                            "(refit it: xdistill start-adapter, or dvc repro)")
 
 
 class TeacherSpaceEncoder:

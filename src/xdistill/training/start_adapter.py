@@ -38,19 +38,22 @@ DISABLED_FILE = "disabled.json"
 
 def fit_start_adapter(start_dir: str | Path, train_file: str | Path, dev_file: str | Path, teacher_dir: str | Path,
                       params: TrainParams, out_dir: str | Path, *, teacher_spec: str | None = None,
-                      device: str | None = None) -> dict[str, Any] | None:
+                      device: str | None = None, threads: int | None = None) -> dict[str, Any] | None:
     """Fit the teacher-space adapter of the student in ``start_dir`` (a sentence-transformers folder) and
     write it to ``out_dir/teacher_space/`` (the folder replaced atomically); the fit's report, or None when
-    ``params.teacher_adapter`` fits none (``out_dir`` then holds only :data:`DISABLED_FILE`).
+    ``params.teacher_adapter`` fits none (``out_dir`` then holds only :data:`DISABLED_FILE`). The report
+    records the start's content digest, so the adapter cannot be loaded with another student.
 
     ``train_file``/``dev_file`` are the parallel stage's pairs, ``teacher_dir`` the teacher store whose
-    vectors of ``teacher_spec`` are the targets. Raises :class:`XdistillError` when the start is missing.
+    vectors of ``teacher_spec`` are the targets; ``threads`` caps torch's CPU threads (``runtime.threads``,
+    as the trainer does). Raises :class:`XdistillError` when the start is missing.
     """
-    from sentence_transformers import SentenceTransformer
-
-    from xdistill.models import default_prompt
+    from xdistill.models import default_prompt, load_sentence_transformer
+    from xdistill.models.fingerprint import folder_digest
     from xdistill.training.teacher_store import TeacherStore
 
+    if threads:
+        torch.set_num_threads(threads)
     settings = AdapterSettings.from_params(params.teacher_adapter)
     start_dir = Path(start_dir)
     with atomic_path(out_dir, is_dir=True) as tmp:
@@ -60,7 +63,7 @@ def fit_start_adapter(start_dir: str | Path, train_file: str | Path, dev_file: s
         if not (start_dir / "modules.json").is_file():
             raise XdistillError(f"{start_dir}: not a student folder (no modules.json; run the `train` stage first)")
         target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        student = SentenceTransformer(str(start_dir), device=str(target))
+        student = load_sentence_transformer(str(start_dir), device=str(target))
         store = TeacherStore.open(teacher_dir, teacher_spec=teacher_spec)
         prompt = default_prompt(student)
         train = tokenize_pairs(read_parallel_pairs(train_file).spread(params.train_max_pairs), student, prompt,
@@ -70,5 +73,9 @@ def fit_start_adapter(start_dir: str | Path, train_file: str | Path, dev_file: s
                              student.max_seq_length or params.max_seq_length, store)
         logger.info("fitting the teacher-space adapter of %s on %d of %d training pairs", start_dir,
                     min(settings.pairs, len(train)), len(train))
-        return fit_and_save_adapter(student, Featurizer(student, target), train, dev, settings,
-                                    teacher_spec or store.teacher_spec, params.eval_batch_size, tmp)
+        report = fit_and_save_adapter(student, Featurizer(student, target), train, dev, settings,
+                                      teacher_spec or store.teacher_spec, params.eval_batch_size, tmp,
+                                      student_digest=folder_digest(start_dir))
+    logger.info("teacher-space adapter of %s fitted on %d pairs into %s: dev teacher-space accuracy %.2f",
+                start_dir, report["pairs"], out_dir, report["dev_teacher_accuracy"])
+    return report

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
-from xdistill.models.teacher_adapter import TeacherSpaceAdapter
+from xdistill.models.teacher_adapter import STUDENT_DIGEST, TeacherSpaceAdapter
 from xdistill.training.batches import Featurizer, TokenizedPairs
 
 logger = logging.getLogger(__name__)
@@ -96,13 +96,17 @@ def fit_teacher_adapter(sources: torch.Tensor, translations: torch.Tensor, targe
 
 def fit_and_save_adapter(student, featurize: Featurizer, train: TokenizedPairs, dev: TokenizedPairs,
                          settings: AdapterSettings, teacher_spec: str, batch_size: int, folder: str | Path,
-                         sample_embeddings: tuple[int, torch.Tensor] | None = None) -> dict[str, Any]:
+                         sample_embeddings: tuple[int, torch.Tensor] | None = None,
+                         student_digest: str | None = None) -> dict[str, Any]:
     """Fit the adapter of ``student`` as it is now on ``settings.pairs`` evenly spread ``train`` pairs, save it
     into the folder ``folder`` (``teacher_space/``) and return the fit's report, with the dev teacher-space
     accuracy (teacher(English) <-> adapter(student(translation)) on the ``dev`` pairs, both ways).
 
     ``sample_embeddings``: ``(n, embeddings)``, the student's embeddings of ``fit_sample(train, n)``, used
     instead of encoding when ``n`` is the adapter's own sample size (the trainer passes the rotation's).
+    ``student_digest``: the student folder's content digest, recorded in the report when the adapter is
+    saved outside that folder, so that loading it with another student fails
+    (:func:`xdistill.models.teacher_adapter.load_encoder_with_adapter`).
     """
     from xdistill.mining.knn import retrieval_accuracy
     from xdistill.models.teacher_adapter import save_adapter
@@ -120,9 +124,9 @@ def fit_and_save_adapter(student, featurize: Featurizer, train: TokenizedPairs, 
     en2xx, xx2en = retrieval_accuracy(dev.teacher.numpy(), adapter.map(translations))
     report.update(dev_teacher_accuracy_en2xx=100 * en2xx, dev_teacher_accuracy_xx2en=100 * xx2en,
                   dev_teacher_accuracy=50 * (en2xx + xx2en))
+    if student_digest is not None:
+        report[STUDENT_DIGEST] = student_digest
     save_adapter(adapter, folder, report)
-    logger.info("teacher-space adapter of %s fitted on %d pairs: dev teacher-space accuracy %.2f", folder, n,
-                report["dev_teacher_accuracy"])
     return report
 
 

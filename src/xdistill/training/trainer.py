@@ -363,8 +363,11 @@ def _fit_teacher_adapter(run: _Run, folder: Path,
     settings = AdapterSettings.from_params(run.params.teacher_adapter)
     if not settings.enabled:
         return None
-    return fit_and_save_adapter(run.student, run.featurize, run.train, run.validation.pairs, settings,
-                                run.teacher_spec, run.params.eval_batch_size, folder, sample_embeddings)
+    report = fit_and_save_adapter(run.student, run.featurize, run.train, run.validation.pairs, settings,
+                                  run.teacher_spec, run.params.eval_batch_size, folder, sample_embeddings)
+    logger.info("teacher-space adapter of %s fitted on %d pairs: dev teacher-space accuracy %.2f", folder,
+                report["pairs"], report["dev_teacher_accuracy"])
+    return report
 
 
 def _interpolate(run: _Run, state: _LoopState) -> dict[str, Any]:
