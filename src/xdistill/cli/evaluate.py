@@ -61,11 +61,11 @@ def command(baselines: bool, start: bool, params: str, raw_dir: str, dev: str, s
     if start:
         if not Path(student_start).exists():
             raise XdistillError(f"{student_start}: starting student not found (run the `train` stage first)")
-        if not Path(start_adapter).is_dir():
+        adapter = start_adapter if Path(start_adapter).is_dir() else None
+        if adapter is None:
             click.echo(f"warning: {start_adapter} not found: the starting student is scored without a "
                        "teacher-space adapter (run `xdistill start-adapter` first)", err=True)
-        run_start_evaluation(settings, student_start, models["teacher"], raw_dir, dev, start_dir,
-                             start_adapter if Path(start_adapter).is_dir() else None)
+        run_start_evaluation(settings, student_start, models["teacher"], raw_dir, dev, start_dir, adapter)
         click.echo(f"starting student evaluated into {start_dir}")
         return 0
     if student == DEFAULT_STUDENT and not Path(DEFAULT_STUDENT).is_dir():
