@@ -10,6 +10,10 @@ count, learning-rate schedule, prompt and torch thread count, in one process:
 - reference: ``SentenceTransformerTrainer`` + ``losses.MSELoss`` on a ``datasets.Dataset`` with
   ``english, non_english, label`` columns; throughput = pairs / ``train_runtime``.
 
+Both sides also run with bf16 autocast on the CPU (ours: ``train.autocast_bf16: always``; the reference:
+``bf16=True``), and our bf16 step is compared with our fp32 step: what the lever gains on this CPU
+(it pays off only with bf16 instructions, AVX512-BF16 or AMX; the row says whether this CPU has them).
+
 The teacher embedding is done once, before timing (neither side pays for it).
 Usage: ``python bench/bench_train.py [--tiny] [--pairs N] [--steps N] [--batch-size N] [--threads N]``.
 """
@@ -66,7 +70,7 @@ def default_loss() -> dict:
 
 
 def run_ours(train: Path, dev: Path, store: Path, student_spec: str, student_opts: dict, args, work: Path,
-             loss: dict, name: str) -> dict:
+             loss: dict, name: str, autocast_bf16: str = "cuda") -> dict:
     from xdistill.training.settings import OutputPaths, RuntimeSettings
     from xdistill.training.trainer import train_student
 
@@ -74,7 +78,7 @@ def run_ours(train: Path, dev: Path, store: Path, student_spec: str, student_opt
         "seed": 1, "steps": args.steps, "batch_size": args.batch_size, "learning_rate": 5e-5,
         "warmup_ratio": 0.1, "max_seq_length": args.max_seq_length, "eval_every": 10**6,
         "checkpoint_every": 10**6, "early_stopping_patience": None,
-        "dev_max_pairs": 16, "student": student_opts, "loss": loss,
+        "dev_max_pairs": 16, "student": student_opts, "loss": loss, "autocast_bf16": autocast_bf16,
     }
     runtime = RuntimeSettings(threads=args.threads, log_every=max(1, args.steps // 4))
     start = time.perf_counter()
@@ -86,7 +90,8 @@ def run_ours(train: Path, dev: Path, store: Path, student_spec: str, student_opt
             "train_loss_last": next(r["loss"] for r in reversed(result.history) if r["kind"] == "train")}
 
 
-def run_reference(train: Path, store: Path, student_spec: str, student_opts: dict, args, work: Path) -> dict:
+def run_reference(train: Path, store: Path, student_spec: str, student_opts: dict, args, work: Path,
+                  bf16: bool = False) -> dict:
     import torch
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
@@ -108,7 +113,7 @@ def run_reference(train: Path, store: Path, student_spec: str, student_opts: dic
         output_dir=str(work / "reference"), per_device_train_batch_size=args.batch_size, max_steps=args.steps,
         learning_rate=5e-5, warmup_steps=0.1, weight_decay=0.01, max_grad_norm=1.0,
         logging_steps=max(1, args.steps // 4), save_strategy="no", report_to="none", seed=1,
-        dataloader_num_workers=0, use_cpu=True, prompts=prompt or None, disable_tqdm=True,
+        dataloader_num_workers=0, use_cpu=True, prompts=prompt or None, disable_tqdm=True, bf16=bf16,
     )
     trainer = SentenceTransformerTrainer(model=model, args=training_args, train_dataset=dataset,
                                          loss=MSELoss(model))
@@ -118,6 +123,25 @@ def run_reference(train: Path, store: Path, student_spec: str, student_opts: dic
     runtime = float(output.metrics["train_runtime"])
     return {"pairs_per_second": args.steps * args.batch_size / runtime, "wall_seconds": wall,
             "train_loss": float(output.metrics.get("train_loss", float("nan")))}
+
+
+def bf16_rows(ours_bf16: dict, ours_fp32: dict, reference_bf16: dict, setting: str, ranking: dict,
+              details: dict) -> list[Row]:
+    """Our bf16-autocast step against our fp32 step (the lever's gain) and against the reference in bf16."""
+    native = "with" if details["cpu_has_native_bf16"] else "WITHOUT"
+    gain = ours_bf16["pairs_per_second"] / ours_fp32["pairs_per_second"]
+    versus = ours_bf16["pairs_per_second"] / reference_bf16["pairs_per_second"]
+    label = f"default loss (MSE + {ranking}), bf16 autocast on a CPU {native} bf16 instructions ({setting})"
+    return [
+        Row(benchmark=f"train throughput, {label}: train.autocast_bf16 always vs cuda (fp32 on CPU)",
+            ours=f"{ours_bf16['pairs_per_second']:.1f} pairs/s",
+            reference=f"{ours_fp32['pairs_per_second']:.1f} pairs/s (ours in fp32)",
+            ratio=f"{gain:.2f}x", target="none (what the lever gains on this CPU)", passed=None, details=details),
+        Row(benchmark=f"train throughput, {label}: ours vs the reference trainer in bf16",
+            ours=f"{ours_bf16['pairs_per_second']:.1f} pairs/s",
+            reference=f"{reference_bf16['pairs_per_second']:.1f} pairs/s (SentenceTransformerTrainer, bf16=True)",
+            ratio=f"{versus:.2f}x", target=">= 1.0x", passed=versus >= 1.0, details=details),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,12 +182,18 @@ def main(argv: list[str] | None = None) -> int:
         ours_default = run_ours(train, dev, work / "teacher", student_spec, student_opts, args, work, loss,
                                 "ours-default")
         reference = run_reference(train, work / "teacher", student_spec, student_opts, args, work)
+        ours_bf16 = run_ours(train, dev, work / "teacher", student_spec, student_opts, args, work, loss,
+                             "ours-default-bf16", autocast_bf16="always")
+        reference_bf16 = run_reference(train, work / "teacher", student_spec, student_opts, args, work, bf16=True)
 
     size = f"{args.steps} steps x {args.batch_size} pairs, max_seq_length {args.max_seq_length}, {args.threads} threads"
     model = "tiny 1-layer MiniLM" if args.tiny else student_spec
     reference_text = f"{reference['pairs_per_second']:.1f} pairs/s (SentenceTransformerTrainer + MSELoss)"
+    from xdistill.training.batches import cpu_has_native_bf16
+
     details = {"ours": ours, "ours_default_loss": ours_default, "default_loss": loss, "reference": reference,
-               "pairs": args.pairs, "peak_rss_mb": round(peak_rss_mb())}
+               "ours_default_loss_bf16": ours_bf16, "reference_bf16": reference_bf16,
+               "cpu_has_native_bf16": cpu_has_native_bf16(), "pairs": args.pairs, "peak_rss_mb": round(peak_rss_mb())}
     ranking = {k: v for k, v in loss.items() if k not in ("mse", "temperature", "margin", "scale") and v}
     rows = []
     for label, result, target in (("MSE", ours, 1.2), (f"default loss: MSE + {ranking}", ours_default, 1.0)):
@@ -177,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             passed=ratio >= target,
             details=details,
         ))
+    rows.extend(bf16_rows(ours_bf16, ours_default, reference_bf16, f"{model}, {size}", ranking, details))
     report_rows("train", rows, args.tiny, args.json)
     return 0
 

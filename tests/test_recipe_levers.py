@@ -1,6 +1,6 @@
 """Each lever of the distillation recipe does what it says, on a real (one-layer) model:
 the least-squares head fit, frozen lower layers, LoRA adapters, weight-space interpolation
-(WiSE-FT), and the exported student's input length."""
+(WiSE-FT), CPU bf16 autocast, and the exported student's input length."""
 
 from __future__ import annotations
 
@@ -252,3 +252,36 @@ def test_similarity_ranking_teaches_the_student_the_teachers_order(setup: dict[s
 
     before, after = agreement(tmp_path / "start"), agreement(tmp_path / "student")
     assert after > before + 0.05, (before, after)
+
+
+def test_cpu_bf16_autocast_lowers_the_steps_and_keeps_fp32_weights(setup: dict[str, Path], tmp_path: Path) -> None:
+    """train.autocast_bf16: always runs the training steps' matrix products in bf16 on a CPU (a real
+    bf16 run: its weights move as the fp32 run's do, not identically); cuda (the default) and never
+    leave a CPU run in fp32, the same run bit for bit."""
+    dtypes: dict[str, set[torch.dtype]] = {}
+    weights: dict[str, dict[str, torch.Tensor]] = {}
+
+    def record(module: torch.nn.Module, inputs: object, output: object) -> None:
+        if isinstance(module, torch.nn.Linear) and module.training:  # training steps, not validation
+            dtypes[mode].add(output.dtype)
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        for mode in ("always", "cuda", "never"):
+            dtypes[mode] = set()
+            _train(setup, tmp_path / mode, steps=3, eval_every=3, interpolation=None, autocast_bf16=mode)
+            weights[mode] = load_weights(tmp_path / mode / "student")
+    finally:
+        handle.remove()
+    assert dtypes == {"always": {torch.bfloat16}, "cuda": {torch.float32}, "never": {torch.float32}}
+    names = weights["never"].keys()
+    assert weights["cuda"].keys() == weights["always"].keys() == names
+    assert all(torch.equal(weights["cuda"][n], weights["never"][n]) for n in names)
+    assert all(weights["always"][n].dtype == weights["cuda"][n].dtype for n in names)  # exported as trained: fp32
+    base = {name.split(":", 1)[1]: tensor for name, tensor in load_weights(setup["student"]).items()}
+    moved = {n: base[n.split(":", 1)[1]] for n in names
+             if n.split(":", 1)[1] in base and not torch.equal(weights["cuda"][n], base[n.split(":", 1)[1]])}
+    assert moved, "the fp32 run trained nothing"
+    update = torch.cat([(weights["cuda"][n] - start).flatten() for n, start in moved.items()])
+    gap = torch.cat([(weights["always"][n] - weights["cuda"][n]).flatten() for n in moved])
+    assert 0 < gap.norm() < 0.5 * update.norm(), (float(gap.norm()), float(update.norm()))

@@ -60,11 +60,25 @@ class Featurizer:
         return {k: v.to(self.device, non_blocking=True) for k, v in features.items()}
 
 
-def autocast_context(device: torch.device):
-    """bf16 autocast on GPU; plain fp32 on CPU (CPU bf16 is slower on most hosts)."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+# When bf16 autocast applies (the ``train.autocast_bf16`` param): on a GPU only, on any device, or never.
+AUTOCAST_MODES = ("cuda", "always", "never")
+
+
+def autocast_context(device: torch.device, mode: str = "cuda"):
+    """bf16 autocast on ``device`` when ``mode`` asks for it there, else plain fp32.
+
+    ``cuda`` (the default everywhere but the training steps of ``train.autocast_bf16: always``) keeps CPU work in
+    fp32: without native bf16 instructions a CPU emulates it, slower than fp32. Weights, gradients and the
+    losses stay fp32 either way (autocast lowers the matrix products only)."""
+    if mode == "never" or (mode == "cuda" and device.type != "cuda"):
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX), where CPU autocast pays off."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
 @torch.no_grad()

@@ -36,6 +36,7 @@ class TrainParams:
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0
     max_seq_length: int = 64
+    autocast_bf16: str = "cuda"  # bf16 autocast of the training steps: cuda (GPU only), always, never (batches.py)
     eval_every: int = 50
     checkpoint_every: int = 50
     early_stopping_patience: int | None = 3
@@ -78,6 +79,11 @@ class TrainParams:
             raise XdistillError(f"params train.selection_metric must be one of {sorted(SELECTION_METRICS)}")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise XdistillError("params train.warmup_ratio must be in [0, 1)")
+        from xdistill.training.batches import AUTOCAST_MODES
+
+        if self.autocast_bf16 not in AUTOCAST_MODES:
+            raise XdistillError(f"params train.autocast_bf16 must be one of {', '.join(AUTOCAST_MODES)}, "
+                                f"got {self.autocast_bf16!r}")
         if self.eval_every < 1 or self.checkpoint_every < 1:
             raise XdistillError("params train: eval_every and checkpoint_every must be >= 1")
         DevScoreWeights.from_params(self.dev_score_weights)

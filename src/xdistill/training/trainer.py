@@ -6,7 +6,7 @@ translation of a micro-batch go through the student in one forward pass; the tea
 from the precomputed :class:`~xdistill.training.teacher_store.TeacherStore`.
 
 The run: the student's head is fitted to the teacher's space (:mod:`~xdistill.training.alignment`),
-then AdamW with linear warm-up and decay, gradient clipping, bf16 autocast on GPU, periodic
+then AdamW with linear warm-up and decay, gradient clipping, bf16 autocast on GPU (on CPU too when asked), periodic
 validation on development data (:mod:`~xdistill.training.validation`) with best-checkpoint
 selection, early stopping and a collapse guard, atomic checkpoints for exact resume, progress
 logging; at the end the weight-space interpolation between the starting and the best student
@@ -29,7 +29,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from xdistill.errors import XdistillError
 from xdistill.training import checkpoint as ckpt
-from xdistill.training.batches import Featurizer, TokenizedPairs, autocast_context, tokenize_pairs
+from xdistill.training.batches import (Featurizer, TokenizedPairs, autocast_context, cpu_has_native_bf16,
+                                       tokenize_pairs)
 from xdistill.training.distributed import DistContext
 from xdistill.training.pairs import BatchStream, read_parallel_pairs
 from xdistill.training.reports import write_reports
@@ -216,6 +217,9 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
             f"params train: a micro-batch of {params.micro_batch} pairs does not split evenly over "
             f"{ctx.world_size} processes"
         )
+    if params.autocast_bf16 == "always" and ctx.device.type == "cpu" and not cpu_has_native_bf16():
+        logger.warning("train.autocast_bf16 is always, but this CPU has no bf16 instructions: the steps run "
+                       "emulated, slower than in fp32 (the result is the same kind of bf16 run)")
     store = TeacherStore.open(teacher_dir, teacher_spec=teacher_spec)
     train_pairs = read_parallel_pairs(train_file).spread(params.train_max_pairs)
     dev_pairs = read_parallel_pairs(dev_file).spread(params.dev_max_pairs)
@@ -429,7 +433,7 @@ def _run_loop(run: _Run, wrapped: nn.Module, optimizer, scheduler, stream: Batch
             teacher = train.teacher[torch.as_tensor(local)].to(ctx.device, non_blocking=True)
             last_micro = micro == params.grad_accumulation - 1
             sync = contextlib.nullcontext() if (last_micro or not ctx.distributed) else wrapped.no_sync()
-            with sync, autocast_context(ctx.device):
+            with sync, autocast_context(ctx.device, params.autocast_bf16):
                 total, parts = wrapped(features, teacher)
                 (total / params.grad_accumulation).backward()
             for name, value in {"loss": total, **parts}.items():
