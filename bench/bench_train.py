@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     details = {"ours": ours, "ours_default_loss": ours_default, "default_loss": loss, "reference": reference,
                "ours_default_loss_bf16": ours_bf16, "reference_bf16": reference_bf16,
                "cpu_has_native_bf16": cpu_has_native_bf16(), "pairs": args.pairs, "peak_rss_mb": round(peak_rss_mb())}
-    ranking = {k: v for k, v in loss.items() if k not in ("mse", "temperature", "margin", "scale") and v}
+    hyper = ("mse", "temperature", "margin", "scale", "ranking_scale")  # the MSE and the losses' settings
+    ranking = {k: v for k, v in loss.items() if k not in hyper and v}
     rows = []
     for label, result, target in (("MSE", ours, 1.2), (f"default loss: MSE + {ranking}", ours_default, 1.0)):
         ratio = result["pairs_per_second"] / reference["pairs_per_second"]

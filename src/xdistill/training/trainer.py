@@ -6,12 +6,13 @@ translation of a micro-batch go through the student in one forward pass; the tea
 from the precomputed :class:`~xdistill.training.teacher_store.TeacherStore`.
 
 The run: the student's head is fitted to the teacher's space (:mod:`~xdistill.training.alignment`),
-then AdamW with linear warm-up and decay, gradient clipping, bf16 autocast on GPU (on CPU too when asked), periodic
-validation on development data (:mod:`~xdistill.training.validation`) with best-checkpoint
-selection, early stopping and a collapse guard, atomic checkpoints for exact resume, progress
-logging; at the end the weight-space interpolation between the starting and the best student
-that validates best (:mod:`~xdistill.training.interpolation`) is exported, with the training
-curves (CSV, JSON metrics, PNG).
+then AdamW with linear warm-up and decay, gradient clipping, bf16 autocast on GPU (and on CPU with
+``train.autocast_bf16: always``), periodic validation on development data
+(:mod:`~xdistill.training.validation`) with best-checkpoint selection, early stopping and a collapse
+guard, atomic checkpoints for exact resume, progress logging; at the end the weight-space
+interpolation between the starting and the best student that validates best
+(:mod:`~xdistill.training.interpolation`) is exported, with the training curves (CSV, JSON metrics,
+PNG).
 """
 
 from __future__ import annotations
@@ -218,8 +219,8 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
             f"{ctx.world_size} processes"
         )
     if params.autocast_bf16 == "always" and ctx.device.type == "cpu" and not cpu_has_native_bf16():
-        logger.warning("train.autocast_bf16 is always, but this CPU has no bf16 instructions: the steps run "
-                       "emulated, slower than in fp32 (the result is the same kind of bf16 run)")
+        logger.warning("train.autocast_bf16 is always, but this CPU has no bf16 instructions: its bf16 steps are "
+                       "emulated, slower than fp32 ones")
     store = TeacherStore.open(teacher_dir, teacher_spec=teacher_spec)
     train_pairs = read_parallel_pairs(train_file).spread(params.train_max_pairs)
     dev_pairs = read_parallel_pairs(dev_file).spread(params.dev_max_pairs)
