@@ -257,7 +257,7 @@ def test_similarity_ranking_teaches_the_student_the_teachers_order(setup: dict[s
 def test_cpu_bf16_autocast_lowers_the_steps_and_keeps_fp32_weights(setup: dict[str, Path], tmp_path: Path) -> None:
     """train.autocast_bf16: always runs the training steps' matrix products in bf16 on a CPU (a real
     bf16 run: its weights move as the fp32 run's do, not identically); cuda (the default) and never
-    leave a CPU run in fp32, the same run bit for bit."""
+    leave a CPU run in fp32, the same run bit for bit; auto is bf16 exactly where the CPU has bf16 instructions."""
     dtypes: dict[str, set[torch.dtype]] = {}
     weights: dict[str, dict[str, torch.Tensor]] = {}
 
@@ -267,13 +267,16 @@ def test_cpu_bf16_autocast_lowers_the_steps_and_keeps_fp32_weights(setup: dict[s
 
     handle = torch.nn.modules.module.register_module_forward_hook(record)
     try:
-        for mode in ("always", "cuda", "never"):
+        for mode in ("always", "cuda", "never", "auto"):
             dtypes[mode] = set()
             _train(setup, tmp_path / mode, steps=3, eval_every=3, interpolation=None, autocast_bf16=mode)
             weights[mode] = load_weights(tmp_path / mode / "student")
     finally:
         handle.remove()
-    assert dtypes == {"always": {torch.bfloat16}, "cuda": {torch.float32}, "never": {torch.float32}}
+    from xdistill.training.batches import cpu_has_native_bf16
+
+    native = torch.bfloat16 if cpu_has_native_bf16() else torch.float32  # auto: bf16 where the CPU has it
+    assert dtypes == {"always": {torch.bfloat16}, "cuda": {torch.float32}, "never": {torch.float32}, "auto": {native}}
     names = weights["never"].keys()
     assert weights["cuda"].keys() == weights["always"].keys() == names
     assert all(torch.equal(weights["cuda"][n], weights["never"][n]) for n in names)

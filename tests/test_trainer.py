@@ -230,7 +230,7 @@ def test_params_are_validated() -> None:
         TrainParams.from_params({"interpolation_tolerance": -0.5})
     with pytest.raises(XdistillError, match="selection_metric"):
         TrainParams.from_params({"selection_metric": "dev_mse"})
-    with pytest.raises(XdistillError, match="autocast_bf16 must be one of cuda, always, never, got 'cpu'"):
+    with pytest.raises(XdistillError, match="autocast_bf16 must be one of cuda, auto, always, never, got 'cpu'"):
         TrainParams.from_params({"autocast_bf16": "cpu"})
     with pytest.raises(XdistillError, match="runtime"):
         RuntimeSettings(log_every=0)

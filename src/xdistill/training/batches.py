@@ -8,6 +8,7 @@ features and embeddings, in length order so padding stays small.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -60,21 +61,24 @@ class Featurizer:
         return {k: v.to(self.device, non_blocking=True) for k, v in features.items()}
 
 
-# When bf16 autocast applies (the ``train.autocast_bf16`` param): on a GPU only, on any device, or never.
-AUTOCAST_MODES = ("cuda", "always", "never")
+# When bf16 autocast applies (the ``train.autocast_bf16`` param): on a GPU only, on a GPU and on a CPU with bf16
+# instructions, on any device, or never.
+AUTOCAST_MODES = ("cuda", "auto", "always", "never")
 
 
 def autocast_context(device: torch.device, mode: str = "cuda"):
     """bf16 autocast on ``device`` when ``mode`` asks for it there, else plain fp32.
 
-    ``cuda`` (the default everywhere but the training steps of ``train.autocast_bf16: always``) keeps CPU work in
-    fp32: without native bf16 instructions a CPU emulates it, slower than fp32. Weights, gradients and the
-    losses stay fp32 either way (autocast lowers the matrix products only)."""
-    if mode == "never" or (mode == "cuda" and device.type != "cuda"):
+    ``cuda`` (the default everywhere but the training steps of ``train.autocast_bf16``) keeps CPU work in fp32:
+    without native bf16 instructions a CPU emulates it, slower than fp32; ``auto`` uses it on a CPU that has
+    them. Weights, gradients and the losses stay fp32 either way (autocast lowers the matrix products only)."""
+    on_cpu = device.type != "cuda"
+    if mode == "never" or (on_cpu and (mode == "cuda" or (mode == "auto" and not cpu_has_native_bf16()))):
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16)
 
 
+@functools.cache
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX), where CPU autocast pays off."""
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")

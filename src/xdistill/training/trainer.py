@@ -218,9 +218,14 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
             f"params train: a micro-batch of {params.micro_batch} pairs does not split evenly over "
             f"{ctx.world_size} processes"
         )
-    if params.autocast_bf16 == "always" and ctx.device.type == "cpu" and not cpu_has_native_bf16():
-        logger.warning("train.autocast_bf16 is always, but this CPU has no bf16 instructions: its bf16 steps are "
-                       "emulated, slower than fp32 ones")
+    if ctx.device.type == "cpu" and params.autocast_bf16 in ("auto", "always"):
+        native = cpu_has_native_bf16()
+        if params.autocast_bf16 == "auto":
+            logger.info("train.autocast_bf16 auto: %s", "bf16 steps (this CPU has bf16 instructions)" if native
+                        else "fp32 steps (this CPU has no bf16 instructions)")
+        elif not native:
+            logger.warning("train.autocast_bf16 is always, but this CPU has no bf16 instructions: its bf16 steps "
+                           "are emulated, slower than fp32 ones")
     store = TeacherStore.open(teacher_dir, teacher_spec=teacher_spec)
     train_pairs = read_parallel_pairs(train_file).spread(params.train_max_pairs)
     dev_pairs = read_parallel_pairs(dev_file).spread(params.dev_max_pairs)
