@@ -35,6 +35,7 @@ from common import Row, mirror_dir, peak_rss_mb, report_rows  # noqa: E402
 
 import xdistill  # noqa: E402,F401  (offline environment)
 from xdistill.data.parallel_tsv import write_parallel_tsv  # noqa: E402
+from xdistill.training.batches import cpu_has_native_bf16  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEACHER = "pypi:all-minilm-l6-v2"
@@ -189,8 +190,6 @@ def main(argv: list[str] | None = None) -> int:
     size = f"{args.steps} steps x {args.batch_size} pairs, max_seq_length {args.max_seq_length}, {args.threads} threads"
     model = "tiny 1-layer MiniLM" if args.tiny else student_spec
     reference_text = f"{reference['pairs_per_second']:.1f} pairs/s (SentenceTransformerTrainer + MSELoss)"
-    from xdistill.training.batches import cpu_has_native_bf16
-
     details = {"ours": ours, "ours_default_loss": ours_default, "default_loss": loss, "reference": reference,
                "ours_default_loss_bf16": ours_bf16, "reference_bf16": reference_bf16,
                "cpu_has_native_bf16": cpu_has_native_bf16(), "pairs": args.pairs, "peak_rss_mb": round(peak_rss_mb())}

@@ -36,7 +36,7 @@ class TrainParams:
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0
     max_seq_length: int = 64
-    autocast_bf16: str = "cuda"  # bf16 autocast of the training steps: cuda (GPU only), always, never (batches.py)
+    autocast_bf16: str = "cuda"  # bf16 autocast of the training steps: cuda, auto, always, never (batches.py)
     eval_every: int = 50
     checkpoint_every: int = 50
     early_stopping_patience: int | None = 3

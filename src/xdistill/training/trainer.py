@@ -7,7 +7,7 @@ from the precomputed :class:`~xdistill.training.teacher_store.TeacherStore`.
 
 The run: the student's head is fitted to the teacher's space (:mod:`~xdistill.training.alignment`),
 then AdamW with linear warm-up and decay, gradient clipping, bf16 autocast on GPU (and on CPU with
-``train.autocast_bf16: always``), periodic validation on development data
+``train.autocast_bf16: auto`` or ``always``), periodic validation on development data
 (:mod:`~xdistill.training.validation`) with best-checkpoint selection, early stopping and a collapse
 guard, atomic checkpoints for exact resume, progress logging; at the end the weight-space
 interpolation between the starting and the best student that validates best
