@@ -406,7 +406,7 @@ def _ablation_scale(config: Mapping[str, Any], first: Mapping[str, Any]) -> str:
 
 def _head_fit(member: Mapping[str, Any]) -> str:
     student = ((member.get("params") or {}).get("train") or {}).get("student") or {}
-    return {"procrustes": "Procrustes", "least_squares": "least-squares"}.get(student.get("head_fit"), "fitted")
+    return {"procrustes": "Procrustes", "least_squares": "least-squares", "pca": "PCA"}.get(student.get("head_fit"), "fitted")
 
 
 def ablation_section(config: Mapping[str, Any], results: Path) -> str:

@@ -73,6 +73,61 @@ def test_least_squares_head_fits_what_an_orthogonal_map_cannot(setup: dict[str, 
     assert mse["least_squares"] < 0.05 * mse["procrustes"], mse
 
 
+def test_pca_head_maps_back_from_the_teachers_principal_subspace(setup: dict[str, Path]) -> None:
+    """head_fit pca on a 768-d teacher: the head is a fixed, norm-keeping map whose range is the teacher's
+    top-384 principal subspace; it keeps more of the teacher than the Procrustes head's 384 directions."""
+    from xdistill.training.alignment import align_head_to_teacher
+    from xdistill.training.batches import Featurizer, TokenizedPairs
+    from xdistill.training.student import StudentConfig, build_student, output_dense
+
+    texts = [line for pair in _pairs(setup["train"]) for line in pair]
+    generator = torch.Generator().manual_seed(0)
+    basis, _ = torch.linalg.qr(torch.randn(768, 768, generator=generator, dtype=torch.float64))
+    scales = torch.linspace(3.0, 0.05, 768, dtype=torch.float64)  # distinct variances: a unique top-384
+    heads = {}
+    for fit in ("pca", "procrustes"):
+        student = build_student(StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0,
+                                              align_to_teacher=True, head_fit=fit), seed=1, teacher_dim=768)
+        ids = [student.tokenizer(t)["input_ids"] for t in texts]
+        ids = (ids * (600 // len(ids) + 1))[:600]  # more rows than axes: each with its own teacher vector
+        teacher = torch.nn.functional.normalize(
+            torch.randn(600, 768, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * scales @ basis.T,
+            dim=-1).float()
+        align_head_to_teacher(student, torch.nn.Module(), Featurizer(student, torch.device("cpu")),
+                              TokenizedPairs(ids, ids, teacher), n_pairs=600, batch_size=32, method=fit)
+        head = output_dense(student)
+        assert all(p.requires_grad == (fit != "pca") for p in head.parameters())
+        heads[fit] = head.linear.weight.detach().double().T  # [384, 768]: y -> y @ map
+    mapping = heads["pca"]
+    torch.testing.assert_close(mapping @ mapping.T, torch.eye(384, dtype=torch.float64), atol=1e-5, rtol=0)
+    top = torch.linalg.svd(teacher.double(), full_matrices=False)[2][:384]  # the teacher sample's principal axes
+    torch.testing.assert_close(top @ mapping.T @ mapping, top, atol=1e-4, rtol=0)
+
+    def kept(head_map: torch.Tensor) -> float:  # the share of the teacher's energy inside the head's range
+        return float((teacher.double() @ head_map.T).pow(2).sum() / teacher.double().pow(2).sum())
+
+    assert kept(mapping) > kept(heads["procrustes"]) + 0.05, (kept(mapping), kept(heads["procrustes"]))
+
+
+def test_pca_head_stays_fixed_while_the_encoder_learns_the_reduced_target(setup: dict[str, Path],
+                                                                       tmp_path: Path) -> None:
+    """Training with head_fit pca: the exported head is the fitted one (also after a resume), the encoder moved."""
+    common = {"steps": 6, "eval_every": 3, "checkpoint_every": 3, "learning_rate": 5e-4,
+              "student": {"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "pca"}}
+    _train(setup, tmp_path / "run", **common)
+    trained = load_weights(tmp_path / "run" / "student")
+    exported = {name.split(":", 1)[1]: tensor for name, tensor in trained.items() if "Dense" in name}
+    initial = torch.load(tmp_path / "run" / "ckpt" / "initial.pt", map_location="cpu", weights_only=False)
+    # the frozen head is checkpointed (a resumed run gets the fitted head back) and exported unchanged
+    fitted = {key.split(".", 1)[1]: value for key, value in initial["model"].items() if ".linear." in key}
+    assert set(fitted) == set(exported) == {"linear.weight", "linear.bias"}, (sorted(fitted), sorted(exported))
+    for name, tensor in exported.items():
+        torch.testing.assert_close(tensor, fitted[name], atol=0, rtol=0)
+    base = {name.split(":", 1)[1]: tensor for name, tensor in load_weights(setup["student"]).items()}
+    layer0 = [n for n in trained if ".layer.0." in n]
+    assert any(not torch.equal(trained[n], base[n.split(":", 1)[1]]) for n in layer0), "the encoder did not train"
+
+
 def _pairs(path: Path) -> list[tuple[str, str]]:
     import gzip
 
@@ -129,7 +184,9 @@ def test_lora_settings_are_checked() -> None:
     with pytest.raises(XdistillError, match="lora: unknown keys"):
         StudentConfig.from_params("x", {"lora": {"rnk": 4}}, 32)
     with pytest.raises(XdistillError, match="head_fit must be one of"):
-        StudentConfig.from_params("x", {"head_fit": "pca"}, 32)
+        StudentConfig.from_params("x", {"head_fit": "pcaa"}, 32)
+    with pytest.raises(XdistillError, match="leave output_dim null"):
+        StudentConfig.from_params("x", {"head_fit": "pca", "output_dim": 128}, 32)
 
 
 def test_interpolation_ends_reproduce_the_start_and_the_trained_student(setup: dict[str, Path], tmp_path: Path) -> None:

@@ -15,6 +15,15 @@ teacher vectors of the sources:
   direction and it weighs the student's features by how well they predict the teacher, so the
   untrained student already sits close to the teacher (on mE5-small <- MiniLM-L6: dev MSE x100
   0.16 against 0.27 for Procrustes, and 0.18 after 1000 steps of MSE training from Procrustes);
+- ``pca``: the target is the teacher reduced to the student's dimension k by PCA (its top-k
+  principal axes P, fitted on the teacher vectors of the sample, uncentred so that the axes
+  reconstruct the vectors MSE compares), and the head is fixed to ``R P^T``: R the orthogonal
+  Procrustes map of unit(X) onto T P. The trainer keeps this head frozen, so ``||y P^T - T||^2 =
+  ||y - T P||^2 + ||T - T P P^T||^2``: training moves the student towards the PCA-reduced teacher
+  and the fixed ``P^T`` maps it back into the teacher's space for export and teacher-space search.
+  Procrustes, by contrast, picks the k teacher directions that correlate best with the untrained
+  student and lets training move them; with a teacher no wider than the student P is a full basis
+  and the lever reduces to a frozen Procrustes head;
 - a head to a smaller dimension k (LEALLA-style): the top-k principal axes of the centred unit
   embeddings; the feature-distillation projection (k -> teacher) starts as the least-squares fit
   of the projected embeddings onto T.
@@ -90,6 +99,12 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
         mapping = procrustes_map(unit, teacher)
         _set_linear(linear, mapping.T, torch.zeros(out_dim, dtype=torch.float64))
         return float(torch.mean((unit @ mapping - teacher) ** 2))
+    if method == "pca":
+        with head_bypassed(student):
+            unit = encode_token_ids(student, featurize, ids, batch_size).double()
+        mapping = pca_head_map(unit, teacher[: len(rows)], teacher)
+        _set_linear(linear, mapping.T, torch.zeros(out_dim, dtype=torch.float64))
+        return float(torch.mean((unit @ mapping - teacher) ** 2))
     if method == "least_squares":
         with modules_bypassed(student, "Dense", "Normalize"):
             pooled = encode_token_ids(student, featurize, ids, batch_size).double()
@@ -97,7 +112,7 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
         weight, bias = ridge_map(pooled, teacher, groups=pair_of_row)
         _set_linear(linear, weight.T, bias)
         return float(torch.mean((F.normalize(pooled @ weight + bias, dim=-1) - teacher) ** 2))
-    raise XdistillError(f"unknown head fit {method!r} (procrustes, least_squares)")
+    raise XdistillError(f"unknown head fit {method!r} (procrustes, least_squares, pca)")
 
 
 def fit_sample(pairs: TokenizedPairs, n_pairs: int) -> tuple[np.ndarray, list, torch.Tensor]:
@@ -162,6 +177,29 @@ def procrustes_map(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """The (semi-)orthogonal ``[in, out]`` map R minimising ``||source R - target||``."""
     u, _, vt = torch.linalg.svd(source.T @ target, full_matrices=False)
     return u @ vt
+
+
+def teacher_principal_axes(teacher: torch.Tensor, k: int) -> torch.Tensor:
+    """``[dim, k]`` orthonormal columns: the top-k principal axes of the (uncentred) teacher vectors.
+
+    A sample of fewer than k vectors spans fewer than k directions; the basis is completed with an
+    orthonormal complement (those axes carry none of the sample's variance, whichever they are).
+    """
+    if k > teacher.shape[1]:
+        raise XdistillError(f"cannot keep {k} principal axes of a {teacher.shape[1]}-d teacher")
+    u, _, _ = torch.linalg.svd(teacher.T, full_matrices=True)
+    return u[:, :k]
+
+
+def pca_head_map(unit: torch.Tensor, teacher_sample: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """The ``[k, dim]`` head map ``R P^T`` of the ``pca`` fit (module docstring).
+
+    ``unit``: the student's unit embeddings, one row per row of ``teacher`` (its target vectors);
+    ``teacher_sample``: the distinct teacher vectors the principal axes are fitted on.
+    """
+    axes = teacher_principal_axes(teacher_sample, unit.shape[1])
+    rotation = procrustes_map(unit, teacher @ axes)  # [k, k]
+    return rotation @ axes.T
 
 
 def ridge_map(source: torch.Tensor, target: torch.Tensor, ridge: float | None = None,

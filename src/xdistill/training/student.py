@@ -43,7 +43,7 @@ from xdistill.models.vocabulary import VOCABULARY_OPTIONS, apply_vocabulary_opti
 
 logger = logging.getLogger(__name__)
 
-HEAD_FITS = ("procrustes", "least_squares")
+HEAD_FITS = ("procrustes", "least_squares", "pca")
 LAYER_SELECTIONS = ("first", "spread")
 
 
@@ -87,7 +87,9 @@ class StudentConfig:
     # How the head is fitted (align_to_teacher with a head of the teacher's dimension):
     # "procrustes" (orthogonal: keeps every cosine of the untrained student) or "least_squares"
     # (affine ridge regression onto the teacher: also removes the base model's common direction,
-    # which the teacher's space does not have; see xdistill.training.alignment).
+    # which the teacher's space does not have) or "pca" (a frozen head onto the teacher's top
+    # principal axes: the student learns the teacher reduced by PCA to its own dimension, and the
+    # head maps it back; see xdistill.training.alignment).
     head_fit: str = "procrustes"
     # Freeze the embedding block and the first k transformer layers (0: only what
     # freeze_word_embeddings says).
@@ -107,6 +109,9 @@ class StudentConfig:
     def __post_init__(self) -> None:
         if self.head_fit not in HEAD_FITS:
             raise XdistillError(f"params train.student.head_fit must be one of {list(HEAD_FITS)}, got {self.head_fit!r}")
+        if self.head_fit == "pca" and self.output_dim is not None:
+            raise XdistillError("params train.student.head_fit 'pca' fixes a head of the teacher's dimension: "
+                                f"leave output_dim null (got {self.output_dim})")
         if self.layer_selection not in LAYER_SELECTIONS:
             raise XdistillError(f"params train.student.layer_selection must be one of {list(LAYER_SELECTIONS)}, "
                                 f"got {self.layer_selection!r}")
@@ -168,6 +173,8 @@ def build_student(config: StudentConfig, device: str | torch.device = "cpu", see
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             add_output_dense(model, head_dim)
+        if config.align_to_teacher and config.head_fit == "pca":
+            freeze_output_dense(model)
     return model.to(device)
 
 
@@ -312,13 +319,29 @@ def add_output_dense(model: SentenceTransformer, output_dim: int, init_weight: t
     logger.info("student: added a Dense output layer %d -> %d", in_dim, output_dim)
 
 
+def freeze_output_dense(model: SentenceTransformer) -> None:
+    """Keep the Dense head as the trainer fits it (head_fit 'pca': the back-map of the PCA-reduced target)."""
+    for parameter in output_dense(model).parameters():
+        parameter.requires_grad_(False)
+    logger.info("student: the Dense head is fixed (fitted before training, never trained)")
+
+
+def _dense_parameter_names(model: nn.Module) -> set[str]:
+    return {f"{key}.{name}" for key, module in model._modules.items() if type(module).__name__ == "Dense"
+            for name, _ in module.named_parameters()}
+
+
 def trainable_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The parameters that training changes plus all buffers (frozen weights are rebuilt from the spec)."""
+    """The parameters that training changes plus all buffers (frozen weights are rebuilt from the spec).
+
+    A Dense head is always kept, frozen or not: it is fitted from data, not rebuilt from the spec.
+    """
     parameters = dict(model.named_parameters())
+    fitted = _dense_parameter_names(model)
     return {
         name: tensor.detach().clone()
         for name, tensor in model.state_dict().items()
-        if name not in parameters or parameters[name].requires_grad
+        if name not in parameters or parameters[name].requires_grad or name in fitted
     }
 
 
