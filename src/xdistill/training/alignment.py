@@ -88,6 +88,9 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
     out_dim, in_dim = linear.weight.shape
     rows, ids, teacher = fit_sample(pairs, n_pairs)
     if out_dim < in_dim:
+        if method == "pca":
+            raise XdistillError(f"head_fit pca reduces the teacher to the student's dimension: a {out_dim}-d "
+                                f"teacher is narrower than the {in_dim}-d student (use procrustes)")
         with head_bypassed(student):
             unit = encode_token_ids(student, featurize, ids, batch_size).double()
         return _principal_axes_head(linear, unit, teacher, getattr(objective, "projection", None))
