@@ -84,15 +84,14 @@ def test_pca_head_maps_back_from_the_teachers_principal_subspace(setup: dict[str
     generator = torch.Generator().manual_seed(0)
     basis, _ = torch.linalg.qr(torch.randn(768, 768, generator=generator, dtype=torch.float64))
     scales = torch.linspace(3.0, 0.05, 768, dtype=torch.float64)  # distinct variances: a unique top-384
+    teacher = torch.nn.functional.normalize(
+        torch.randn(600, 768, generator=generator, dtype=torch.float64) * scales @ basis.T, dim=-1).float()
     heads = {}
     for fit in ("pca", "procrustes"):
         student = build_student(StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0,
                                               align_to_teacher=True, head_fit=fit), seed=1, teacher_dim=768)
         ids = [student.tokenizer(t)["input_ids"] for t in texts]
         ids = (ids * (600 // len(ids) + 1))[:600]  # more rows than axes: each with its own teacher vector
-        teacher = torch.nn.functional.normalize(
-            torch.randn(600, 768, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * scales @ basis.T,
-            dim=-1).float()
         align_head_to_teacher(student, torch.nn.Module(), Featurizer(student, torch.device("cpu")),
                               TokenizedPairs(ids, ids, teacher), n_pairs=600, batch_size=32, method=fit)
         head = output_dense(student)

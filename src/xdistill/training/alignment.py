@@ -96,16 +96,10 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
         return _principal_axes_head(linear, unit, teacher, getattr(objective, "projection", None))
     if out_dim != teacher.shape[1]:
         raise XdistillError(f"cannot align a {in_dim} -> {out_dim} head to a {teacher.shape[1]}-d teacher")
-    if method == "procrustes":
+    if method in ("procrustes", "pca"):
         with head_bypassed(student):
             unit = encode_token_ids(student, featurize, ids, batch_size).double()
-        mapping = procrustes_map(unit, teacher)
-        _set_linear(linear, mapping.T, torch.zeros(out_dim, dtype=torch.float64))
-        return float(torch.mean((unit @ mapping - teacher) ** 2))
-    if method == "pca":
-        with head_bypassed(student):
-            unit = encode_token_ids(student, featurize, ids, batch_size).double()
-        mapping = pca_head_map(unit, teacher[: len(rows)], teacher)
+        mapping = procrustes_map(unit, teacher) if method == "procrustes" else pca_head_map(unit, teacher)
         _set_linear(linear, mapping.T, torch.zeros(out_dim, dtype=torch.float64))
         return float(torch.mean((unit @ mapping - teacher) ** 2))
     if method == "least_squares":
@@ -188,19 +182,15 @@ def teacher_principal_axes(teacher: torch.Tensor, k: int) -> torch.Tensor:
     A sample of fewer than k vectors spans fewer than k directions; the basis is completed with an
     orthonormal complement (those axes carry none of the sample's variance, whichever they are).
     """
-    if k > teacher.shape[1]:
-        raise XdistillError(f"cannot keep {k} principal axes of a {teacher.shape[1]}-d teacher")
     u, _, _ = torch.linalg.svd(teacher.T, full_matrices=True)
     return u[:, :k]
 
 
-def pca_head_map(unit: torch.Tensor, teacher_sample: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    """The ``[k, dim]`` head map ``R P^T`` of the ``pca`` fit (module docstring).
-
-    ``unit``: the student's unit embeddings, one row per row of ``teacher`` (its target vectors);
-    ``teacher_sample``: the distinct teacher vectors the principal axes are fitted on.
-    """
-    axes = teacher_principal_axes(teacher_sample, unit.shape[1])
+def pca_head_map(unit: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """The ``[k, dim]`` head map ``R P^T`` of the ``pca`` fit (module docstring): ``unit`` holds the student's
+    unit embeddings, one row per row of ``teacher`` (its target vectors; a vector repeated for both sides of a
+    pair leaves the principal axes as they are)."""
+    axes = teacher_principal_axes(teacher, unit.shape[1])
     rotation = procrustes_map(unit, teacher @ axes)  # [k, k]
     return rotation @ axes.T
 

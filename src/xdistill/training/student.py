@@ -326,22 +326,18 @@ def freeze_output_dense(model: SentenceTransformer) -> None:
     logger.info("student: the Dense head is fixed (fitted before training, never trained)")
 
 
-def _dense_parameter_names(model: nn.Module) -> set[str]:
-    return {f"{key}.{name}" for key, module in model._modules.items() if type(module).__name__ == "Dense"
-            for name, _ in module.named_parameters()}
-
-
 def trainable_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The parameters that training changes plus all buffers (frozen weights are rebuilt from the spec).
 
     A Dense head is always kept, frozen or not: it is fitted from data, not rebuilt from the spec.
     """
     parameters = dict(model.named_parameters())
-    fitted = _dense_parameter_names(model)
+    head = output_dense(model)
+    fitted = {id(p) for p in head.parameters()} if head is not None else set()
     return {
         name: tensor.detach().clone()
         for name, tensor in model.state_dict().items()
-        if name not in parameters or parameters[name].requires_grad or name in fitted
+        if name not in parameters or parameters[name].requires_grad or id(parameters[name]) in fitted
     }
 
 
