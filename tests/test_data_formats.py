@@ -132,6 +132,21 @@ def test_moses_bad_line_drops_the_pair_and_unequal_lengths_fail(tmp_path):
         list(formats.read_moses(en, short, "de", checkers()))
 
 
+def test_stsb_multi_mt_train_split_pairs_both_sentences_of_each_row(mirror_dir, tmp_path):
+    data = mirror_dir / "eval/stsb-multi-mt/data"
+    triples = list(formats.read_stsb_translations(data / "stsb-en-train.csv", data / "stsb-de-train.csv", "de"))
+    assert len(triples) == 2 * 5749
+    assert triples[:2] == [("de", "A plane is taking off.", "Ein Flugzeug hebt gerade ab."),
+                           ("de", "An air plane is taking off.", "Ein Flugzeug hebt gerade ab.")]
+    # rows out of step (the German first row moved to the end, so the scores disagree): file and row named
+    lines = (data / "stsb-de-train.csv").read_text(encoding="utf-8").splitlines(keepends=True)
+    shifted = tmp_path / "stsb-de-train.csv"
+    shifted.write_text("".join(lines[1:] + lines[:1]), encoding="utf-8")
+    with pytest.raises(InputFileError, match="rows are not aligned") as info:
+        list(formats.read_stsb_translations(data / "stsb-en-train.csv", shifted, "de"))
+    assert info.value.path == shifted and info.value.line == 1
+
+
 def test_tatoeba_real(mirror_dir):
     path = mirror_dir / "train/tatoeba-challenge/tatoeba-challenge.minus-laser-test.en-de.tsv.gz"
     first = next(formats.read_tatoeba(path, "de", checkers()))

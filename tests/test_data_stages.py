@@ -328,6 +328,37 @@ def test_dvc_reruns_parallel_only_when_its_inputs_change(tmp_path, mirror_dir):
     assert "Running stage 'parallel'" in changed.stdout and "Running stage 'corpora'" not in changed.stdout
 
 
+def test_stsb_train_split_is_trained_on_only_with_its_decontamination_off(tmp_path, mirror_dir):
+    """The STS Benchmark's train split (no benchmark scores it) may be a parallel source; its dev and test
+    splits, and every other evaluation set, stay decontaminated."""
+    from xdistill.data.decontaminate import evaluation_sentences
+    from xdistill.data.eval_formats import read_stsb_multi_mt
+    from xdistill.data.normalize import normalize_text
+
+    raw = tmp_path / "raw"
+    stage_tiny_raw(raw, mirror_dir, ["de"], {"eval/stsb-multi-mt": ["data/stsb-en-*.csv", "data/stsb-{lang}-*.csv"],
+                                              "eval/stsb": ["stsbenchmark/sts-*.csv"]})
+    source = {"name": "stsb", "format": "stsb_multi_mt", "files": "eval/stsb-multi-mt/data/stsb-{lang}-train.csv",
+              "dev": False}
+    params = {"sources": [source], "dev_pairs_per_language": 0, "max_train_pairs": None, "cleaning": dict(DEDUP)}
+    outputs = {"train_path": tmp_path / "train.tsv.gz", "dev_path": tmp_path / "dev.tsv.gz",
+               "dev_mining_path": tmp_path / "dev_mining.tsv.gz", "metrics_path": tmp_path / "report.json",
+               "markdown_path": tmp_path / "report.md", "plot_path": tmp_path / "report.png"}
+    with pytest.raises(XdistillError, match="set it to false"):
+        build_parallel(raw, ["de"], params, **outputs)
+    report = build_parallel(raw, ["de"], {**params, "decontaminate_train_splits": False}, **outputs)
+    train = read_tsv_gz(tmp_path / "train.tsv.gz")[1:]
+    row = report["sources"]["stsb"]["de"]
+    assert row["read"] == 2 * 5749 and len(train) == row["train"] > 5000
+    # what is left out is what a benchmark or the checkpoint selection reads: dev, test, STS17, Tatoeba
+    scored = evaluation_sentences(raw, train_splits=False)
+    assert not {normalize_text(s) for r in train for s in r[:2]} & scored
+    assert row["dropped"]["contaminated"] > 0
+    first = read_stsb_multi_mt(raw / "eval/stsb-multi-mt/data/stsb-en-train.csv")[0]
+    assert normalize_text(first.sentence1) in evaluation_sentences(raw) - scored
+    assert first.sentence1 in {r[0] for r in train}
+
+
 def test_missing_source_file_and_bad_source_config_fail_clearly(tmp_path, tiny_raw):
     raw, _ = tiny_raw
     missing = {"name": "multi30k", "format": "moses", "languages": ["de"], "files": "train/multi30k/train.{lang}.gz"}

@@ -1,7 +1,8 @@
 """The sentences of every evaluation set, normalised: none may be trained on.
 
 Read from the staged ``data/raw/eval`` tree (whatever the ``corpora`` stage put there):
-STS17 (both sentences of every track), STS Benchmark and stsb-multi-mt (all splits staged),
+STS17 (both sentences of every track), STS Benchmark and stsb-multi-mt (all splits staged; the
+train split only while ``parallel.decontaminate_train_splits`` is on),
 the LASER Tatoeba test set (both sides, every language), FLORES-200 devtest (which the BUCC-style
 mining benchmark is built from), and BUCC files (``{xx}-en.{split}.{lang}``, ``id<TAB>sentence``)
 when a user stages them under ``eval/bucc*``. The files are read by the same readers the
@@ -19,10 +20,13 @@ from xdistill.data.normalize import normalize_text
 log = logging.getLogger(__name__)
 
 
-def evaluation_sentences(raw_dir: str | Path) -> set[str]:
-    """Normalised (:func:`normalize_text`) sentences of every evaluation set staged in ``raw_dir``."""
+def evaluation_sentences(raw_dir: str | Path, train_splits: bool = True) -> set[str]:
+    """Normalised (:func:`normalize_text`) sentences of every evaluation set staged in ``raw_dir``.
+
+    ``train_splits=False``: without the STS Benchmark's train split (see :func:`evaluation_files`).
+    """
     sentences: set[str] = set()
-    files = evaluation_files(raw_dir)
+    files = evaluation_files(raw_dir, train_splits)
     for path, read_sentences in files:
         sentences.update(normalize_text(s) for s in read_sentences(path))
     sentences.discard("")

@@ -134,6 +134,20 @@ def read_stsb_multi_mt(path: str | Path) -> list[STSbRow]:
     return rows
 
 
+def check_rows_aligned(english: list[STSbRow], translated: list[STSbRow], path: Path) -> None:
+    """Fail unless ``translated`` (read from ``path``) is row by row a translation of ``english``.
+
+    stsb-multi-mt files carry no ids; rows of one split are aligned across languages by position,
+    which the gold scores (identical in every language) confirm.
+    """
+    if len(translated) != len(english):
+        raise InputFileError(path, f"{len(translated)} rows, but the English file of its split has {len(english)}")
+    for number, (en_row, xx_row) in enumerate(zip(english, translated), start=1):
+        if abs(en_row.score - xx_row.score) > 1e-6:
+            raise InputFileError(path, f"score {xx_row.score} differs from the English row's {en_row.score}: "
+                                       "rows are not aligned", number)
+
+
 # ---------------------------------------------------------------- Tatoeba
 
 
@@ -276,12 +290,21 @@ EVALUATION_SETS: list[tuple[str, str, SentenceReader]] = [
 ]
 
 
-def evaluation_files(raw_dir: str | Path) -> list[tuple[Path, SentenceReader]]:
-    """Every evaluation file staged under ``raw_dir/eval`` with the function that reads its sentences."""
+def is_train_split(path: Path) -> bool:
+    """The STS Benchmark's train split (``sts-train.csv``) or a stsb-multi-mt translation of it."""
+    return path.name.endswith("-train.csv")
+
+
+def evaluation_files(raw_dir: str | Path, train_splits: bool = True) -> list[tuple[Path, SentenceReader]]:
+    """Every evaluation file staged under ``raw_dir/eval`` with the function that reads its sentences.
+
+    ``train_splits=False`` leaves out the STS Benchmark's train split (English and stsb-multi-mt): no
+    benchmark scores it (the evaluation reads test, checkpoint selection dev), so a source may train on it.
+    """
     eval_dir = Path(raw_dir) / "eval"
     found = []
     for folder_glob, file_glob, reader in EVALUATION_SETS:
         for folder in sorted(eval_dir.glob(folder_glob)):
             found += [(p, reader) for p in sorted(folder.rglob(file_glob))
-                      if p.is_file() and not p.name.endswith(".gold")]
+                      if p.is_file() and not p.name.endswith(".gold") and (train_splits or not is_train_split(p))]
     return found

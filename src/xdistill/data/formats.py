@@ -17,6 +17,9 @@ Formats (the ``format`` key of a ``parallel.sources`` entry):
 - ``moses``: line-aligned file pairs (Moses / OPUS ``.en`` + ``.xx``; Multi30k).
 - ``tatoeba``: Tatoeba Challenge TSV ``en, xx, label`` with a header.
 - ``wmt``: WMT newstest TSV ``testset, en, xx`` with a header (``exclude_testsets`` drops rows).
+- ``stsb_multi_mt``: a stsb-multi-mt CSV split (``sentence1,sentence2,score``) and its English file:
+  rows aligned by position (checked through the gold scores), both sentences of a row become pairs;
+  the scores are not used. Parsed by :mod:`xdistill.data.eval_formats`, which owns the format.
 - ``dictionary``: bilingual dictionaries as word pairs (MUSE: ``src<TAB>tgt`` or ``src tgt``; FreeDict
   with ``header: true``), English in ``source_column``.
 """
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xdistill.data.eval_formats import check_rows_aligned, read_stsb_multi_mt
 from xdistill.data.languages import known_codes
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import atomic_path
@@ -358,6 +362,20 @@ def read_opus_sample(path: Path, english_side: str, lang: str, checkers: Checker
         elif stripped and not stripped.startswith("#"):
             checker.reject(line_no, "not an OPUS alignment line", text)
     yield from flush()
+
+
+def read_stsb_translations(english_path: Path, foreign_path: Path, lang: str) -> Iterator[Triple]:
+    """Both sentences of every row of a stsb-multi-mt split, paired with the English file's row.
+
+    The files are parsed strictly (a malformed row fails naming the file and line: 5,749 rows of
+    machine translation have none), so no :class:`RowChecker` is involved.
+    """
+    english = read_stsb_multi_mt(english_path)
+    translated = read_stsb_multi_mt(foreign_path)
+    check_rows_aligned(english, translated, foreign_path)
+    for en_row, xx_row in zip(english, translated):
+        yield lang, en_row.sentence1, xx_row.sentence1
+        yield lang, en_row.sentence2, xx_row.sentence2
 
 
 def read_tatoeba(path: Path, lang: str, checkers: Checkers) -> Iterator[Triple]:

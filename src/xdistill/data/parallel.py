@@ -56,6 +56,9 @@ class _ParallelSettings:
     max_repeats: float = 2.0
     max_bad_share: float = 0.01
     seed: int = 13
+    # the STS Benchmark's train split counts as evaluation data (its sentences are never trained on)
+    # unless this is off; a stsb_multi_mt source needs it off (xdistill.data.eval_formats.evaluation_files)
+    decontaminate_train_splits: bool = True
 
     def __post_init__(self) -> None:
         if self.dev_pairs_per_language < 0 or self.dev_mining_block < 0:
@@ -81,6 +84,11 @@ class ParallelConfig(_ParallelSettings):
             raise XdistillError(f"parallel.sources: duplicate names in {names}")
         cleaning = CleaningConfig.from_params(params.pop("cleaning", None))
         settings = parse_section(_ParallelSettings, params, "parallel")
+        train_split_readers = [s.name for s in sources if s.format == "stsb_multi_mt"]
+        if train_split_readers and settings.decontaminate_train_splits:
+            raise XdistillError(
+                f"parallel.sources {train_split_readers}: format stsb_multi_mt reads the STS Benchmark's train split, "
+                "which decontamination removes while parallel.decontaminate_train_splits is true; set it to false")
         return cls(sources=sources, cleaning=cleaning, **asdict(settings))
 
 
@@ -126,7 +134,7 @@ def build_parallel(
         raise XdistillError(f"{raw_dir}: raw corpora folder not found (run the corpora stage first)")
     rng = random.Random(config.seed)
     checkers = Checkers(config.max_bad_share, display_root=raw_dir)
-    cleaner = Cleaner(config.cleaning, evaluation_sentences(raw_dir), languages)
+    cleaner = Cleaner(config.cleaning, evaluation_sentences(raw_dir, config.decontaminate_train_splits), languages)
     train_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".spool-", dir=train_path.parent) as folder:
         spools, reservoirs, blocks = _clean_into_spools(config, raw_dir, languages, checkers, cleaner, Path(folder), rng)

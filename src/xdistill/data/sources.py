@@ -22,7 +22,7 @@ from xdistill.errors import InputFileError, XdistillError
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("ted2020", "st_parallel", "opus_sample", "moses", "tatoeba", "wmt", "dictionary")
+FORMATS = ("ted2020", "st_parallel", "opus_sample", "moses", "tatoeba", "wmt", "dictionary", "stsb_multi_mt")
 
 
 @dataclass
@@ -38,7 +38,7 @@ class SourceSpec:
     # may supply the dev mining blocks: its last parallel.dev_mining_block cleaned pairs of each
     # language, in file order (whole news documents: on-topic distractors, as FLORES's article runs)
     dev_mining: bool = False
-    source_files: str | None = None  # moses: the English side's pattern
+    source_files: str | None = None  # moses, stsb_multi_mt: the English side's pattern
     english_side: str = "trg"  # opus_sample: which side is English
     columns: list[str] | None = None  # st_parallel: languages of columns 2..n
     exclude_testsets: list[str] = field(default_factory=list)  # wmt
@@ -104,8 +104,10 @@ def _read_language_file(spec: SourceSpec, raw_dir: Path, lang: str, path: Path, 
         return formats.read_dictionary(path, lang, spec.source_column, spec.header, spec.max_words, checkers)
     if spec.format == "opus_sample":
         return formats.read_opus_sample(path, spec.english_side, lang, checkers)
-    if spec.format == "moses":
+    if spec.format in ("moses", "stsb_multi_mt"):
         english = raw_dir / (expand(spec.source_files, lang) if spec.source_files else expand(spec.files, "en"))
+        if spec.format == "stsb_multi_mt":
+            return formats.read_stsb_translations(english, path, lang)
         return formats.read_moses(english, path, lang, checkers)
     if spec.format == "ted2020":
         return formats.read_ted2020(path, [lang], checkers)

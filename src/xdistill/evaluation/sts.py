@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xdistill.data.eval_formats import STSbRow, read_sts_gold, read_sts_input, read_stsb_multi_mt
+from xdistill.data.eval_formats import check_rows_aligned, read_sts_gold, read_sts_input, read_stsb_multi_mt
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.evaluation.metrics import paired_cosine, spearman_x100
 
@@ -175,7 +175,7 @@ def build_stsb_sets(
     for lang in stsb_languages(stsb_dir, languages, split):
         path = Path(stsb_dir) / STSB_SPLIT_FILE.format(lang=lang, split=split)
         translated = read_stsb_multi_mt(path)
-        _check_rows_aligned(english, translated, path)
+        check_rows_aligned(english, translated, path)
         monolingual.append(STSSet(f"{lang}-{lang}", [r.sentence1 for r in translated],
                                   [r.sentence2 for r in translated], gold))
         crosslingual.append(STSSet(f"en-{lang}", [r.sentence1 for r in english],
@@ -183,12 +183,3 @@ def build_stsb_sets(
         crosslingual.append(STSSet(f"{lang}-en", [r.sentence1 for r in translated],
                                    [r.sentence2 for r in english], gold))
     return [s.subset(max_pairs) for s in monolingual], [s.subset(max_pairs) for s in crosslingual]
-
-
-def _check_rows_aligned(english: list[STSbRow], translated: list[STSbRow], path: Path) -> None:
-    if len(translated) != len(english):
-        raise InputFileError(path, f"{len(translated)} rows, but the English test file has {len(english)}")
-    for number, (en_row, xx_row) in enumerate(zip(english, translated), start=1):
-        if abs(en_row.score - xx_row.score) > 1e-6:
-            raise InputFileError(path, f"score {xx_row.score} differs from the English row's {en_row.score}: "
-                                       "rows are not aligned", number)
