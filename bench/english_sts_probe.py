@@ -41,7 +41,10 @@ def main(raw_dir: str, out: str, *models: str) -> None:
         name, _, spec = entry.partition("=")
         model = load_sentence_transformer(spec)
         started = time.perf_counter()
-        embed = lambda texts: model.encode(list(texts), batch_size=64, normalize_embeddings=True)  # noqa: E731
+
+        def embed(texts, model=model):
+            return model.encode(list(texts), batch_size=64, normalize_embeddings=True)
+
         scores = {set_name: round(score_sts_set(embed, sts), 2) for set_name, sts in sets.items()}
         result["models"][name] = {"model": spec, **scores}
         print(f"{name}: {scores} ({time.perf_counter() - started:.0f} s)", flush=True)

@@ -104,11 +104,15 @@ def _read_language_file(spec: SourceSpec, raw_dir: Path, lang: str, path: Path, 
         return formats.read_dictionary(path, lang, spec.source_column, spec.header, spec.max_words, checkers)
     if spec.format == "opus_sample":
         return formats.read_opus_sample(path, spec.english_side, lang, checkers)
-    if spec.format in ("moses", "stsb_multi_mt"):
-        english = raw_dir / (expand(spec.source_files, lang) if spec.source_files else expand(spec.files, "en"))
-        if spec.format == "stsb_multi_mt":
-            return formats.read_stsb_translations(english, path, lang)
-        return formats.read_moses(english, path, lang, checkers)
+    if spec.format == "moses":
+        return formats.read_moses(_english_file(spec, raw_dir, lang), path, lang, checkers)
+    if spec.format == "stsb_multi_mt":
+        return formats.read_stsb_translations(_english_file(spec, raw_dir, lang), path, lang)
     if spec.format == "ted2020":
         return formats.read_ted2020(path, [lang], checkers)
     return formats.read_st_parallel(path, lang, spec.columns, checkers)
+
+
+def _english_file(spec: SourceSpec, raw_dir: Path, lang: str) -> Path:
+    """The English partner of a two-file format: ``source_files``, else ``files`` with ``{lang}`` = en."""
+    return raw_dir / (expand(spec.source_files, lang) if spec.source_files else expand(spec.files, "en"))
