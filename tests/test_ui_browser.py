@@ -187,7 +187,10 @@ def test_a_custom_run_in_the_prefect_ui_becomes_a_model_version_in_the_mlflow_ui
         if seen_while_running:
             return
         newest_logs_first(page)
-        train_lines = page.get_by_text(re.compile(r"^\[train\] .*step \d+/\d+")).filter(visible=True)
+        # the training's progress: its step lines and its validations, from step 0 on (four step lines alone
+        # were out of the Logs tab's view, under the next stages' lines, seconds after they came: a look
+        # every ~10 s missed them once in a full CI run)
+        train_lines = page.get_by_text(re.compile(r"^\[train\] .*(step \d+/\d+|dev @ step \d+)")).filter(visible=True)
         if appears(train_lines, 5000):
             train_lines.first.scroll_into_view_if_needed()
             seen_while_running.append(shot(page, "prefect-flow-run-training").name)
