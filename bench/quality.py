@@ -233,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--results", type=Path, default=RESULTS)
     report.add_argument("--config", type=Path, default=CONFIG)
     report.add_argument("--output", type=Path, default=REPO_ROOT / "RESULTS.md")
+    report.add_argument("--project", type=Path, default=REPO_ROOT,
+                        help="the project whose own metrics (the embedded default) the targets check too")
     args = parser.parse_args(argv)
     config = load_config(args.config)
     if args.command == "run":
@@ -251,16 +253,16 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             info = run_member(args.project.resolve(), config, member, args.results, resume=args.resume)
             print(f"{member['name']}: {json.dumps(info['flow_result'].get('promotion', {}))}")
-            write_results(config, args.results, args.output)
+            write_results(config, args.results, args.output, args.project.resolve())
     elif args.command == "tatoeba-all":
         models = tatoeba_models(config, args.results, args.project.resolve())
         if args.only:
             models = {key: spec for key, spec in models.items() if key in args.only}
         run_tatoeba_all(models, (args.mirror or mirror_dir()) / "eval" / "tatoeba-laser", args.results / TATOEBA_ALL,
                         codes=args.codes, max_pairs=args.max_pairs)
-        write_results(config, args.results, args.output)
+        write_results(config, args.results, args.output, args.project.resolve())
     else:
-        write_results(config, args.results, args.output)
+        write_results(config, args.results, args.output, args.project.resolve())
     print(f"wrote {args.output}")
     return 0
 

@@ -448,8 +448,22 @@ def ablation_section(config: Mapping[str, Any], results: Path) -> str:
                      + f" | {wall_time_cell(data)} | {decision} |")
     lines += ["", "Command of each row: `python bench/quality.py run --members <name>` (the name in brackets). "
               "`a` = the WiSE-FT weight the trainer chose on dev data (0 = the starting student, 1 = the best "
-              "checkpoint).", ""]
+              "checkpoint).", stsb_noise_note(results.parent / "diagnostics" / "stsb_sample_size.json",
+                                              (first["params"].get("evaluate") or {}).get("stsb_max_pairs")), ""]
     return "\n".join(lines) + "\n"
+
+
+def stsb_noise_note(probe: Path, pairs: int | None) -> str:
+    """How far a row's STSb columns must sit from its base's to mean anything, at the rows' STSb size
+    (``evaluate.stsb_max_pairs``), from bench/stsb_sample_size_probe.py's intervals; "" when it has none."""
+    found = json.loads(probe.read_text()) if probe.is_file() else {"sizes": {}}
+    if pairs is None or str(pairs) not in found["sizes"] or "all" not in found["sizes"]:
+        return ""
+    sample, full = (found["sizes"][size]["monolingual"]["average"] for size in (str(pairs), "all"))
+    return (f"The STSb columns score {pairs} pairs a set. On the embedded default, the paired-bootstrap 95 % interval "
+            f"of the student's monolingual STSb minus its base's is {sample['difference']:+.2f} {sample['ci95']} at "
+            f"that size and {full['difference']:+.2f} {full['ci95']} on every pair (`{found['command']}`): a row "
+            "within that interval's half-width of its base on STSb is not told apart from it.")
 
 
 LIGHT_QUALITY = [("sts17_average", "STS17"), ("tatoeba_average", "Tatoeba")]
@@ -515,6 +529,14 @@ def winner(config: Mapping[str, Any], results: Path,
     return [({**spec, "label": f"{spec['name']} (the embedded default's recipe, at its scale)"}, load_member(results / name))]
 
 
+def embedded_default(project: Path | None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The project's own student (params.yaml's recipe, its committed `dvc repro` metrics), when it has them."""
+    if project is None or not (project / "metrics" / "eval" / "summary.json").is_file():
+        return []
+    label = "the embedded default (params.yaml; the evaluate stage's metrics/eval of this commit's `dvc repro`)"
+    return [({"name": "embedded-default", "label": label}, load_member(project))]
+
+
 def targets_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     """Issue 12's targets for each member, checked against its evaluation (computed, never typed)."""
     lines = ["## Targets", "", "Checked by the report script against each member's evaluation (tolerance 0.5 point "
@@ -559,7 +581,7 @@ def targets_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str
     return "\n".join(lines) + "\n"
 
 
-def render(config: Mapping[str, Any], results: Path, output_dir: Path) -> str:
+def render(config: Mapping[str, Any], results: Path, output_dir: Path, project: Path | None = None) -> str:
     members = [(spec, load_member(results / spec["name"])) for spec in config["members"]
                if (results / spec["name"] / "run.json").is_file()]
     if not members:
@@ -582,7 +604,7 @@ def render(config: Mapping[str, Any], results: Path, output_dir: Path) -> str:
         header += [f"Members not run yet: {', '.join(missing)}.", ""]
     tatoeba_all = load_tatoeba_all(results)
     parts = ["\n".join(header) + "\n", "## Summary\n\n" + summary_table(members) + "\n",
-             targets_section(members + winner(config, results)), deltas_section(members, tatoeba_all),
+             targets_section(members + winner(config, results) + embedded_default(project)), deltas_section(members, tatoeba_all),
              ablation_section(config, results), light_section(config, results),
              students_section(members)]
     for name, title in BENCHMARK_SECTIONS:
@@ -593,5 +615,5 @@ def render(config: Mapping[str, Any], results: Path, output_dir: Path) -> str:
     return "".join(parts)
 
 
-def write_results(config: Mapping[str, Any], results: Path, output: Path) -> Path:
-    return write_text_atomic(output, render(config, results, output.parent))
+def write_results(config: Mapping[str, Any], results: Path, output: Path, project: Path | None = None) -> Path:
+    return write_text_atomic(output, render(config, results, output.parent, project))

@@ -76,6 +76,31 @@ def test_a_member_resumes_from_the_newest_workspace_its_killed_runs_left(
     assert [w.name for w in found] == [".main-exp-q-20261126-2200", ".main-exp-q-20261127-0502"]
 
 @pytest.mark.slow
+def test_the_ablation_notes_the_stsb_interval_at_the_rows_size(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    report = bench_module("quality_report", monkeypatch)
+    probe = tmp_path / "stsb_sample_size.json"
+    average = {"monolingual": {"average": {"difference": -0.27, "ci95": [-1.89, 1.16]}}}
+    probe.write_text(json.dumps({"command": "python bench/stsb_sample_size_probe.py ...", "sizes": {
+        "100": average, "all": {"monolingual": {"average": {"difference": 0.14, "ci95": [-0.18, 0.48]}}}}}))
+    note = report.stsb_noise_note(probe, 100)
+    assert "score 100 pairs" in note and "-0.27 [-1.89, 1.16]" in note and "+0.14 [-0.18, 0.48]" in note
+    # rows scored on every pair, or at a size the probe did not measure, or no probe: no note
+    assert report.stsb_noise_note(probe, None) == report.stsb_noise_note(probe, 300) == ""
+    assert report.stsb_noise_note(tmp_path / "absent.json", 100) == ""
+
+
+def test_results_md_checks_the_targets_on_the_committed_embedded_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RESULTS.md's targets for the embedded default are those of the metrics committed beside it: a `dvc repro`
+    that changed them without `python bench/quality.py report` after it leaves a stale RESULTS.md."""
+    report = bench_module("quality_report", monkeypatch)
+    default = report.embedded_default(ROOT)
+    assert default, "the project has no metrics/eval/summary.json (run dvc repro)"
+    entry = report.targets_section(default).split("\n", 4)[4].strip()  # the entry, without the section's heading
+    assert entry.startswith("**the embedded default") and "targets met" in entry
+    assert entry in (ROOT / "RESULTS.md").read_text(), "RESULTS.md is stale: run `python bench/quality.py report`"
+
+
 def test_quality_run_tiny_member_registers_exports_and_reports(tmp_path: Path, mirror_dir: Path) -> None:
     project = make_pipeline_project(tmp_path / "project", mirror_dir)
     config = tmp_path / "quality.yaml"
