@@ -604,7 +604,8 @@ def render(config: Mapping[str, Any], results: Path, output_dir: Path, project: 
         header += [f"Members not run yet: {', '.join(missing)}.", ""]
     tatoeba_all = load_tatoeba_all(results)
     parts = ["\n".join(header) + "\n", "## Summary\n\n" + summary_table(members) + "\n",
-             targets_section(members + winner(config, results) + embedded_default(project)), deltas_section(members, tatoeba_all),
+             targets_section(members + winner(config, results) + embedded_default(project)),
+             deltas_section(members, tatoeba_all),
              ablation_section(config, results), light_section(config, results),
              students_section(members)]
     for name, title in BENCHMARK_SECTIONS:

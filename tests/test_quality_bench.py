@@ -75,7 +75,7 @@ def test_a_member_resumes_from_the_newest_workspace_its_killed_runs_left(
     # another member whose name extends this one ("q-1200") is never picked up
     assert [w.name for w in found] == [".main-exp-q-20261126-2200", ".main-exp-q-20261127-0502"]
 
-@pytest.mark.slow
+
 def test_the_ablation_notes_the_stsb_interval_at_the_rows_size(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     report = bench_module("quality_report", monkeypatch)
@@ -101,6 +101,7 @@ def test_results_md_checks_the_targets_on_the_committed_embedded_default(monkeyp
     assert entry in (ROOT / "RESULTS.md").read_text(), "RESULTS.md is stale: run `python bench/quality.py report`"
 
 
+@pytest.mark.slow
 def test_quality_run_tiny_member_registers_exports_and_reports(tmp_path: Path, mirror_dir: Path) -> None:
     project = make_pipeline_project(tmp_path / "project", mirror_dir)
     config = tmp_path / "quality.yaml"
