@@ -149,11 +149,12 @@ def test_quality_run_tiny_member_registers_exports_and_reports(tmp_path: Path, m
     ablation = report[report.index("## Ablation"):]
     assert "mE5-small, untrained" in ablation and "(`tiny-ablation`)" in ablation and "learning_rate=1e-05" in ablation
     assert "## Targets" in report and "targets met" in report
-    # report alone rebuilds the same file from the exports
+    # report alone rebuilds the same file from the exports (and the same project's own metrics: none here)
+    assert "the embedded default" not in report
     os.remove(output)
     again = subprocess.run([sys.executable, str(ROOT / "bench" / "quality.py"), "report", "--config", str(config),
-                            "--results", str(results), "--output", str(output)], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=300)
+                            "--results", str(results), "--output", str(output), "--project", str(project)],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert output.read_text() == report
     check_light_section(config, results, tmp_path / "light", env)
