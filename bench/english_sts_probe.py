@@ -5,8 +5,8 @@ and the WiSE-FT weight are chosen on the stsb-multi-mt dev split, so whether the
 base on *that* data decides whether the selection can reward moving towards the teacher. This probe
 scores each model on every pair of the English STS sets: the stsb-multi-mt dev split (what the
 trainer validates on; it validates 200 evenly spaced pairs of it), its test split (the evaluation
-reads 100 or 300 of them), and STS17 en-en (250 pairs), with the same readers and Spearman the
-evaluate stage uses.
+reads all of them in the embedded default, 300 in the quality run), and STS17 en-en (250 pairs), with
+the same readers and Spearman the evaluate stage uses.
 
 Usage: ``python bench/english_sts_probe.py RAW_DIR OUT.json NAME=MODEL [NAME=MODEL ...]`` (RAW_DIR a
 corpora stage's ``data/raw``; MODEL a spec such as ``pypi:all-mpnet-base-v2`` or a model folder).
