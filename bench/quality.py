@@ -237,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the project whose own metrics (the embedded default) the targets check too")
     args = parser.parse_args(argv)
     config = load_config(args.config)
+    project = args.project.resolve()
     if args.command == "run":
         chosen = args.members or [m["name"] for m in config["members"]]
         for group in ("ablation", "light"):
@@ -251,18 +252,18 @@ def main(argv: list[str] | None = None) -> int:
             if args.skip_done and (args.results / member["name"] / "run.json").is_file():
                 print(f"{member['name']}: already exported, skipped")
                 continue
-            info = run_member(args.project.resolve(), config, member, args.results, resume=args.resume)
+            info = run_member(project, config, member, args.results, resume=args.resume)
             print(f"{member['name']}: {json.dumps(info['flow_result'].get('promotion', {}))}")
-            write_results(config, args.results, args.output, args.project.resolve())
+            write_results(config, args.results, args.output, project)
     elif args.command == "tatoeba-all":
-        models = tatoeba_models(config, args.results, args.project.resolve())
+        models = tatoeba_models(config, args.results, project)
         if args.only:
             models = {key: spec for key, spec in models.items() if key in args.only}
         run_tatoeba_all(models, (args.mirror or mirror_dir()) / "eval" / "tatoeba-laser", args.results / TATOEBA_ALL,
                         codes=args.codes, max_pairs=args.max_pairs)
-        write_results(config, args.results, args.output, args.project.resolve())
+        write_results(config, args.results, args.output, project)
     else:
-        write_results(config, args.results, args.output, args.project.resolve())
+        write_results(config, args.results, args.output, project)
     print(f"wrote {args.output}")
     return 0
 

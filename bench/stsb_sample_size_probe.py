@@ -19,21 +19,20 @@ from pathlib import Path
 
 import numpy as np
 
+from xdistill.evaluation.encoding import CachedEncoder
 from xdistill.evaluation.metrics import paired_cosine, spearman_x100
-from xdistill.evaluation.sts import STSSet, build_stsb_sets, evenly_spaced
+from xdistill.evaluation.sts import STSSet, build_stsb_sets
 from xdistill.io import write_json_atomic
-from xdistill.models.resolve import load_sentence_transformer
+from xdistill.models.encoders import load_encoder
 
 SIZES = (100, 300, None)  # None: every pair of the set (1379)
 REPLICATES = 2000
 
 
-def set_cosines(model, sts_set: STSSet) -> np.ndarray:
-    """The model's cosine of each sentence pair of the set."""
-    def embed(texts: list[str]) -> np.ndarray:
-        return model.encode(texts, batch_size=64, normalize_embeddings=True)
-
-    return paired_cosine(embed(sts_set.sentences1), embed(sts_set.sentences2))
+def pair_cosines(encoder: CachedEncoder, sts_set: STSSet) -> np.ndarray:
+    """The model's cosine of each sentence pair of the set (the encoder's memo encodes a sentence once
+    over every set and size: the English side recurs in each cross-lingual set)."""
+    return paired_cosine(encoder.encode(sts_set.sentences1), encoder.encode(sts_set.sentences2))
 
 
 def bootstrap_differences(candidate: np.ndarray, base: np.ndarray, gold: np.ndarray,
@@ -48,18 +47,14 @@ def interval(values: np.ndarray) -> list[float]:
     return [round(float(v), 2) for v in np.percentile(values, [2.5, 97.5])]
 
 
-def compare(sets: list[STSSet], cosines: dict[str, dict[str, np.ndarray]], size: int | None,
-            seed: int) -> dict:
-    """Per set and on average: both scores, the difference and its bootstrap interval at one size."""
+def compare(sets: list[STSSet], candidate: CachedEncoder, base: CachedEncoder, seed: int) -> dict:
+    """Per set and on average: both scores, the difference and its bootstrap interval."""
     rng = np.random.default_rng(seed)
     rows, replicate_sum = {}, np.zeros(REPLICATES)
     for sts_set in sets:
-        # the pairs STSSet.subset keeps, so the probe scores what the evaluation scores
-        keep = np.arange(len(sts_set)) if size is None or size >= len(sts_set) else evenly_spaced(len(sts_set), size)
-        gold = sts_set.gold[keep]
-        candidate, base = cosines["candidate"][sts_set.name][keep], cosines["base"][sts_set.name][keep]
-        scores = [spearman_x100(candidate, gold), spearman_x100(base, gold)]
-        replicates = bootstrap_differences(candidate, base, gold, rng)
+        candidate_cosines, base_cosines = pair_cosines(candidate, sts_set), pair_cosines(base, sts_set)
+        scores = [spearman_x100(candidate_cosines, sts_set.gold), spearman_x100(base_cosines, sts_set.gold)]
+        replicates = bootstrap_differences(candidate_cosines, base_cosines, sts_set.gold, rng)
         replicate_sum += replicates
         rows[sts_set.name] = {"candidate": round(scores[0], 2), "base": round(scores[1], 2),
                               "difference": round(scores[0] - scores[1], 2), "ci95": interval(replicates)}
@@ -72,10 +67,8 @@ def compare(sets: list[STSSet], cosines: dict[str, dict[str, np.ndarray]], size:
 def main(raw_dir: str, out: str, candidate: str, base: str, languages: str) -> None:
     monolingual, crosslingual = build_stsb_sets(Path(raw_dir) / "eval" / "stsb-multi-mt", languages.split(","))
     groups = {"monolingual": monolingual, "cross-lingual": crosslingual}
-    cosines: dict[str, dict[str, np.ndarray]] = {}
-    for role, spec in (("candidate", candidate), ("base", base)):
-        model = load_sentence_transformer(spec)
-        cosines[role] = {s.name: set_cosines(model, s) for s in monolingual + crosslingual}
+    # the evaluate stage's encoders; STSSet.subset takes the pairs evaluate.stsb_max_pairs takes
+    encoders = [CachedEncoder(load_encoder(spec)) for spec in (candidate, base)]
     result = {"what": "STSb test: Spearman x 100 of candidate and base, their difference and its paired "
                       f"bootstrap 95 % interval ({REPLICATES} resamples), at each evaluate.stsb_max_pairs",
               "command": "python bench/stsb_sample_size_probe.py " + " ".join(
@@ -83,7 +76,8 @@ def main(raw_dir: str, out: str, candidate: str, base: str, languages: str) -> N
               "candidate": candidate, "base": base, "sizes": {}}
     for size in SIZES:
         label = "all" if size is None else str(size)
-        result["sizes"][label] = {group: compare(sets, cosines, size, seed=13) for group, sets in groups.items()}
+        result["sizes"][label] = {group: compare([s.subset(size) for s in sets], *encoders, seed=13)
+                                  for group, sets in groups.items()}
         for group, rows in result["sizes"][label].items():
             print(f"{label:>4} pairs, {group}: {rows['average']}", flush=True)
     write_json_atomic(out, result)
