@@ -23,9 +23,11 @@ from xdistill.errors import InputFileError, XdistillError
 from xdistill.training.teacher_embed import build_teacher_store, embed_into_store
 from xdistill.training.teacher_store import (
     INDEX_FILE,
+    SubstoreWriter,
     TeacherStore,
     list_substores,
     substore_name,
+    substore_writer,
     teacher_fingerprint,
 )
 
@@ -153,6 +155,86 @@ def test_shared_store_serves_a_new_workspace_and_learns_what_it_embeds(built_sto
                              shared_dir=shared)
     assert (other.n_new, other.n_shared) == (20, 0)
     assert len(list_substores(shared)) == 2
+
+
+def _file_digests(root: Path) -> dict[str, str]:
+    """Every file under a store root (but the empty lock file) with a digest of its bytes."""
+    import hashlib
+
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def test_store_files_depend_on_the_vectors_not_on_how_they_arrived(sentences, tmp_path):
+    """Encoded (length-sorted batches), copied from the shared store, or filled in two steps with
+    other commit sizes: the same vectors give byte-identical files, so DVC sees the same
+    data/teacher and its run cache serves the stages after it."""
+    shared = tmp_path / "shared"
+    encoded = embed_into_store(tmp_path / "encoded", TEACHER, sentences[:150], batch_size=32, commit_rows=16,
+                               progress=False, shared_dir=shared)
+    copied = embed_into_store(tmp_path / "copied", TEACHER, sentences[:150], batch_size=32, commit_rows=1000,
+                              progress=False, shared_dir=shared)
+    assert (encoded.n_new, copied.n_new, copied.n_shared) == (150, 0, 150)
+    embed_into_store(tmp_path / "stepwise", TEACHER, sentences[100:150], commit_rows=7, progress=False,
+                     shared_dir=shared)
+    embed_into_store(tmp_path / "stepwise", TEACHER, sentences[:150][::-1], commit_rows=7, progress=False,
+                     shared_dir=shared)
+    reference = _file_digests(tmp_path / "encoded")
+    assert len(reference) == 3  # index.json, keys-000001.npy, emb-000001.npy
+    assert _file_digests(tmp_path / "copied") == reference
+    assert _file_digests(tmp_path / "stepwise") == reference
+
+
+def _canonical_files(count: int) -> list[str]:
+    return sorted(f"{kind}-{n:06d}.npy" for n in range(1, count + 1) for kind in ("keys", "emb"))
+
+
+def test_canonical_rewrite_sorts_rows_by_key_in_numbered_shards(store_copy, sentences):
+    sub = _substore(store_copy)
+    before = TeacherStore.open(store_copy).lookup(sentences[:200])
+    with substore_writer(store_copy, teacher_fingerprint(TEACHER), TEACHER) as writer:
+        assert writer.canonicalize(shard_rows=64) is True  # the stage left one 16384-row shard
+        assert writer.canonicalize(shard_rows=64) is False  # already canonical: nothing written
+    shards = json.loads((sub / INDEX_FILE).read_text())["shards"]
+    assert [(s["number"], s["rows"]) for s in shards] == [(1, 64), (2, 64), (3, 64), (4, 8)]
+    assert sorted(p.name for p in sub.iterdir() if p.suffix == ".npy") == _canonical_files(4)
+    keys = np.concatenate([np.load(sub / s["keys_file"]) for s in shards])
+    np.testing.assert_array_equal(np.argsort(keys, kind="stable"), np.arange(200))
+    store = TeacherStore.open(store_copy)
+    store.verify()
+    np.testing.assert_array_equal(store.lookup(sentences[:200]), before)
+
+
+class _Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("step, call", [("_write_shard", 2), ("_publish", 1), ("_remove_files", 1),
+                                        ("_link_shard", 3), ("_publish", 2), ("_remove_files", 2)])
+def test_crash_during_a_canonical_rewrite_leaves_a_consistent_store(store_copy, sentences, monkeypatch, step, call):
+    """Stopped at any step of the rewrite, the store still opens with every vector; the next
+    writer removes what the crash left unlisted and finishes the rewrite."""
+    sub = _substore(store_copy)
+    before = TeacherStore.open(store_copy).lookup(sentences[:200])
+    original, calls = getattr(SubstoreWriter, step), []
+
+    def crash_at_call(self, *args, **kwargs):
+        calls.append(step)
+        if len(calls) == call:
+            raise _Crash(f"{step} call {call}")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SubstoreWriter, step, crash_at_call)
+    with pytest.raises(_Crash), substore_writer(store_copy, teacher_fingerprint(TEACHER), TEACHER) as writer:
+        writer.canonicalize(shard_rows=64)
+    monkeypatch.undo()
+    store = TeacherStore.open(store_copy)
+    store.verify()
+    np.testing.assert_array_equal(store.lookup(sentences[:200]), before)
+    with substore_writer(store_copy, teacher_fingerprint(TEACHER), TEACHER) as writer:
+        writer.canonicalize(shard_rows=64)
+    assert sorted(p.name for p in sub.iterdir() if p.suffix == ".npy") == _canonical_files(4)
+    np.testing.assert_array_equal(TeacherStore.open(store_copy).lookup(sentences[:200]), before)
 
 
 def test_second_teacher_gets_its_own_substore(store_copy, sentences, teacher_model):

@@ -135,7 +135,8 @@ def embed_into_store(
     even loaded when nothing is missing. New embeddings are committed every ``commit_rows``
     sentences, so an interrupted run resumes where it stopped. With ``shared_dir`` (another store
     folder), missing sentences found there are copied instead of encoded, and what this call
-    encoded is added there at the end.
+    encoded is added there at the end. The store ends in its canonical layout (sorted by key), so
+    its files do not depend on which sentences were copied, encoded or already there.
     """
     if batch_size <= 0 or commit_rows <= 0:
         raise XdistillError(f"batch_size and commit_rows must be positive, got {batch_size}, {commit_rows}")
@@ -157,6 +158,7 @@ def embed_into_store(
             _encode_missing(writer, teacher_spec, [texts[i] for i in missing], keys[missing],
                             batch_size=batch_size, device=_resolve_device(device),
                             commit_rows=commit_rows, progress=progress)
+        writer.canonicalize()  # the same vectors give the same files, however they arrived
     if len(missing) and shared_dir is not None:
         _add_to_shared(Path(store_dir), Path(shared_dir), teacher_id, teacher_spec, keys[missing], commit_rows)
     stats = EmbedStats(len(texts), len(missing), len(texts) - len(missing), time.perf_counter() - start, n_shared)

@@ -19,6 +19,11 @@ Why this shape:
   lists only complete shards, so a crash or SIGKILL at any moment leaves the previous consistent
   store; orphan files of an interrupted append are ignored and cleaned up by the next writer.
   Long runs commit a shard every ``commit_rows`` sentences, so a killed run keeps its progress.
+- **Canonical layout.** At the end of a ``teacher_embed`` run the sub-store is rewritten (only
+  when needed) with rows sorted by key in shards of :data:`CANONICAL_SHARD_ROWS`, so its bytes
+  depend on which vectors it holds, not on the order they arrived in: a workspace that copied its
+  vectors from the shared store and one that encoded them hold the same ``data/teacher``, and
+  DVC's run cache serves the stages after it (:meth:`SubstoreWriter.canonicalize`).
 - **Keys, not texts.** Sentences are keyed by a 128-bit hash of :func:`normalize_text`; the index
   stays small (16 bytes a sentence) and lookups are a vectorised binary search.
 - **fp16 vectors.** Half the disk and page cache of fp32; teacher embeddings are unit-normalised,
@@ -56,6 +61,7 @@ SUBSTORE_PREFIX = "teacher-"
 KEY_DTYPE = np.dtype([("hi", "<u8"), ("lo", "<u8")])
 EMBEDDING_DTYPE = np.dtype("<f2")
 KEY_SCHEME = "blake2b-128(utf-8(normalize_text(text)))"
+CANONICAL_SHARD_ROWS = 16384  # rows per shard of a canonical sub-store (SubstoreWriter.canonicalize)
 _SHARD_FILE = re.compile(r"^(keys|emb)-(\d{6})\.npy$")
 
 
@@ -286,6 +292,15 @@ class TeacherStore:
             out[selected] = self._embeddings[shard][rows[selected] - self._offsets[shard]]
         return out
 
+    def rows_in_key_order(self) -> np.ndarray:
+        """int64 [len]: the store rows sorted by their sentence key (see :attr:`sorted_keys`)."""
+        return self._order
+
+    @property
+    def sorted_keys(self) -> np.ndarray:
+        """The stored sentence keys in ascending order."""
+        return self._sorted_keys
+
     def lookup(self, texts: Sequence[str]) -> np.ndarray:
         """float32 [n, dim]: the teacher embedding of each text (normalised before lookup).
 
@@ -339,7 +354,9 @@ def list_substores(root: str | Path) -> list[Path]:
 def substore_writer(store_dir: str | Path, teacher_id: str, teacher_spec: str) -> Iterator[SubstoreWriter]:
     """Hold the write lock of a teacher's sub-store and yield its writer.
 
-    Readers need no lock (files are never rewritten). A sub-store this call created is removed
+    Readers need no lock: no file is modified in place, and a reader's memory maps keep files a
+    canonical rewrite removes readable (DVC runs a workspace's stages one at a time, so no
+    reader opens a store while its stage rewrites it). A sub-store this call created is removed
     again when it ends before the first commit, so a failed first run leaves nothing behind.
     """
     path = Path(store_dir) / substore_name(teacher_id)
@@ -419,16 +436,98 @@ class SubstoreWriter:
                 f"{self.path}: embeddings of dimension {embeddings.shape[1]}, the store holds {self.index['dimension']}"
             )
         number = max((s["number"] for s in self.index["shards"]), default=0) + 1
+        shard = self._write_shard(number, keys, half)
+        self._publish([*self.index["shards"], shard.to_json()])
+
+    def canonicalize(self, shard_rows: int = CANONICAL_SHARD_ROWS) -> bool:
+        """Rewrite the sub-store so that its files depend on its content alone; True if it did.
+
+        Appends leave rows in the order they were committed (length-sorted when encoded, key order
+        when copied from the shared store), so two stores with the same vectors could differ byte
+        for byte, and DVC would see another ``data/teacher`` (a run-cache miss downstream). The
+        canonical layout is rows sorted by key in shards of ``shard_rows`` numbered from 1.
+        Crash-safe like an append: the sorted shards are written under fresh numbers and published,
+        then hard-linked to their final numbers and published again; whatever a crash leaves
+        unlisted is an orphan that the next writer removes.
+        """
+        if self.index is None:
+            return False
+        store = TeacherStore._open_substore(self.path)
+        if self._is_canonical(store, shard_rows):
+            return False
+        old_files = self._listed_files()
+        final_count = -(-len(store) // shard_rows)
+        first_staged = max(max(s["number"] for s in self.index["shards"]), final_count) + 1
+        order = store.rows_in_key_order()
+        staged = []
+        for i, start in enumerate(range(0, len(order), shard_rows)):
+            rows = order[start : start + shard_rows]
+            half = store.gather(rows).astype(EMBEDDING_DTYPE)  # fp16 -> fp32 -> fp16 is exact
+            staged.append(self._write_shard(first_staged + i, store.sorted_keys[start : start + shard_rows], half))
+        del store  # release the memory maps of the files about to be removed
+        self._publish([s.to_json() for s in staged])
+        self._remove_files(old_files)
+        final = [self._link_shard(s, number) for number, s in enumerate(staged, start=1)]
+        self._publish([s.to_json() for s in final])
+        self._remove_files({name for s in staged for name in (s.keys_file, s.emb_file)})
+        logger.info("teacher store %s: rewritten in key order (%d rows, %d shards)", self.path, len(order), len(final))
+        return True
+
+    # -- helpers of append and canonicalize ----------------------------------------------------
+
+    def _is_canonical(self, store: TeacherStore, shard_rows: int) -> bool:
+        shards = self.index["shards"] if self.index else []
+        sizes = [int(s["rows"]) for s in shards]
+        numbered = [int(s["number"]) for s in shards] == list(range(1, len(shards) + 1))
+        full = all(size == shard_rows for size in sizes[:-1]) and (not sizes or 0 < sizes[-1] <= shard_rows)
+        in_order = bool(np.array_equal(store.rows_in_key_order(), np.arange(len(store))))
+        return numbered and full and in_order
+
+    def _listed_files(self) -> set[str]:
+        return {name for s in (self.index or {}).get("shards", []) for name in (s["keys_file"], s["emb_file"])}
+
+    def _remove_files(self, names: Iterable[str]) -> None:
+        for name in names:
+            (self.path / name).unlink(missing_ok=True)
+
+    def _write_shard(self, number: int, keys: np.ndarray, half: np.ndarray) -> _Shard:
         keys_file, emb_file = f"keys-{number:06d}.npy", f"emb-{number:06d}.npy"
         keys_bytes, _ = _write_npy_durably(self.path / keys_file, np.ascontiguousarray(keys, dtype=KEY_DTYPE))
         emb_bytes, emb_hash = _write_npy_durably(self.path / emb_file, half)
-        shard = _Shard(number, len(keys), keys_file, emb_file, keys_bytes, emb_bytes, emb_hash)
+        return _Shard(number, len(keys), keys_file, emb_file, keys_bytes, emb_bytes, emb_hash)
+
+    def _link_shard(self, shard: _Shard, number: int) -> _Shard:
+        """The same shard under another number: hard links (no data copied), a copy where links fail."""
+        renamed = _Shard(number, shard.rows, f"keys-{number:06d}.npy", f"emb-{number:06d}.npy",
+                         shard.keys_bytes, shard.emb_bytes, shard.emb_blake2b)
+        for source, target in ((shard.keys_file, renamed.keys_file), (shard.emb_file, renamed.emb_file)):
+            (self.path / target).unlink(missing_ok=True)  # an orphan of an interrupted rewrite
+            try:
+                os.link(self.path / source, self.path / target)
+            except OSError:
+                with atomic_path(self.path / target) as tmp:
+                    shutil.copyfile(self.path / source, tmp)
+        _fsync_dir(self.path)
+        return renamed
+
+    def _publish(self, shards: list[dict[str, Any]]) -> None:
+        """Replace the index (atomically): from now on exactly ``shards`` make up the sub-store."""
+        assert self.index is not None
         updated = dict(self.index)
-        updated["shards"] = [*self.index["shards"], shard.to_json()]
-        updated["rows"] = int(self.index["rows"]) + len(keys)
+        updated["shards"] = shards
+        updated["rows"] = sum(int(s["rows"]) for s in shards)
         updated["teacher_spec"] = self.teacher_spec
         write_json_atomic(self.path / INDEX_FILE, updated)
         self.index = updated
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make new directory entries (links) durable before an index names them."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def teacher_fingerprint(teacher_spec: str) -> str:
