@@ -26,5 +26,8 @@ def test_bench_e2e_tiny_measures_cold_warm_noop_and_train_change(tmp_path: Path)
     assert retrain["stages_run"] == ["train", "evaluate", "register"]
     # a new workspace on warm caches computes less than a cold one
     assert len(warm["stages_run"]) < len(ALL_STAGES) or warm["wall_s"] < cold["wall_s"]
+    # its teacher store, copied from the shared store, holds the files the cold one encoded (the
+    # store's canonical layout), so the adapter of the same starting student comes from the run cache
+    assert "start_adapter" in warm["stages_restored"], warm
     for details in (cold, warm, noop, retrain):
         assert details["peak_mb"] > 0
