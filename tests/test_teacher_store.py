@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -159,8 +160,6 @@ def test_shared_store_serves_a_new_workspace_and_learns_what_it_embeds(built_sto
 
 def _file_digests(root: Path) -> dict[str, str]:
     """Every file under a store root (but the empty lock file) with a digest of its bytes."""
-    import hashlib
-
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
 

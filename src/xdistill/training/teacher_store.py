@@ -397,9 +397,7 @@ class SubstoreWriter:
 
     def _remove_orphans(self) -> None:
         """Delete leftovers of an interrupted append: temp files and shards the index never listed."""
-        listed = set()
-        for item in (self.index or {}).get("shards", []):
-            listed.update((item.get("keys_file"), item.get("emb_file")))
+        listed = self._listed_files()
         for entry in self.path.iterdir():
             leftover = entry.name.startswith(".") and ".tmp-" in entry.name
             orphan = _SHARD_FILE.match(entry.name) is not None and entry.name not in listed
@@ -476,15 +474,17 @@ class SubstoreWriter:
     # -- helpers of append and canonicalize ----------------------------------------------------
 
     def _is_canonical(self, store: TeacherStore, shard_rows: int) -> bool:
-        shards = self.index["shards"] if self.index else []
+        shards = self.index["shards"]
         sizes = [int(s["rows"]) for s in shards]
         numbered = [int(s["number"]) for s in shards] == list(range(1, len(shards) + 1))
-        full = all(size == shard_rows for size in sizes[:-1]) and (not sizes or 0 < sizes[-1] <= shard_rows)
+        full = all(size == shard_rows for size in sizes[:-1]) and 0 < sizes[-1] <= shard_rows
         in_order = bool(np.array_equal(store.rows_in_key_order(), np.arange(len(store))))
         return numbered and full and in_order
 
     def _listed_files(self) -> set[str]:
-        return {name for s in (self.index or {}).get("shards", []) for name in (s["keys_file"], s["emb_file"])}
+        """The shard files the index lists (none before the first commit)."""
+        shards = self.index["shards"] if self.index else []
+        return {name for s in shards for name in (s.get("keys_file"), s.get("emb_file")) if name}
 
     def _remove_files(self, names: Iterable[str]) -> None:
         for name in names:
