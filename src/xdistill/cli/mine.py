@@ -1,8 +1,9 @@
 """``xdistill mine SRC.txt TGT.txt --model SPEC -o OUT.tsv``: margin-based parallel sentence mining.
 
-Both files are embedded shard by shard to ``.npy`` files in a work folder, searched shard by
-shard (exact inner product by default, ``--index ivf`` for large corpora), margin-scored and
-written as ``score<TAB>source<TAB>target`` lines by decreasing score (atomically).
+The lines with text of both files (blank lines are no candidates) are embedded shard by shard
+to ``.npy`` files in a work folder, searched shard by shard (exact inner product by default,
+``--index ivf`` for large corpora), margin-scored and written as ``score<TAB>source<TAB>target``
+lines by decreasing score (atomically; tabs and line breaks inside a sentence become spaces).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def command(src: Path, tgt: Path, output: Path, work_dir: Path | None, **options
     from xdistill.mining.stream import LineFile
 
     src_lines, tgt_lines = LineFile(src), LineFile(tgt)
+    output.parent.mkdir(parents=True, exist_ok=True)
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
         count = _mine(src_lines, tgt_lines, output, work_dir, **options)
@@ -66,17 +68,21 @@ def command(src: Path, tgt: Path, output: Path, work_dir: Path | None, **options
 def _mine(src_lines, tgt_lines, output: Path, work_dir: Path, *, model: str, k: int, margin: str, retrieval: str,
           threshold: float | None, index: str, nprobe: int, shard_rows: int, batch_size: int, device: str | None,
           backend: str, no_progress: bool) -> int:
+    from xdistill.mining.margin import MinedPairs
     from xdistill.mining.stream import encode_file, mine_npy
     from xdistill.models import load_encoder
 
     progress = not no_progress
     encoder = load_encoder(model, device=device, backend=backend)
-    embeddings = []
+    embeddings, text_rows = [], []
     for side, lines in (("src", src_lines), ("tgt", tgt_lines)):
+        rows = lines.text_rows()  # blank lines are no candidates; the output keeps the files' line numbers
+        text_rows.append(rows)
         embeddings.append(encode_file(encoder, lines.path, work_dir / f"{side}.npy", batch_size=batch_size,
-                                      shard_rows=min(shard_rows, 10_000), progress=progress))
+                                      shard_rows=min(shard_rows, 10_000), progress=progress, rows=rows))
     pairs = mine_npy(embeddings[0], embeddings[1], k=k, margin=margin, retrieval=retrieval,
                      shard_rows=shard_rows, index=index, nprobe=nprobe, progress=progress)
+    pairs = MinedPairs(text_rows[0][pairs.src], text_rows[1][pairs.tgt], pairs.scores)
     if threshold is not None:
         pairs = pairs.above(threshold)
     return write_pairs(pairs, src_lines, tgt_lines, output, progress=progress)
@@ -87,6 +93,7 @@ def write_pairs(pairs, src_lines, tgt_lines, output: Path, *, progress: bool = T
     from tqdm.auto import tqdm
 
     from xdistill.io import atomic_path
+    from xdistill.mining.stream import tsv_field
 
     with atomic_path(output) as tmp, tmp.open("w", encoding="utf-8") as handle, \
             tqdm(total=len(pairs), desc="write pairs", unit="pair", disable=not progress) as bar:
@@ -94,8 +101,7 @@ def write_pairs(pairs, src_lines, tgt_lines, output: Path, *, progress: bool = T
             chunk = slice(start, start + WRITE_CHUNK)
             sources = src_lines.lines(pairs.src[chunk])
             targets = tgt_lines.lines(pairs.tgt[chunk])
-            # a tab inside a sentence would shift the TSV columns: write it as a space
-            handle.writelines(f"{score:.6f}\t{s.replace(chr(9), ' ')}\t{t.replace(chr(9), ' ')}\n"
+            handle.writelines(f"{score:.6f}\t{tsv_field(s)}\t{tsv_field(t)}\n"
                               for score, s, t in zip(pairs.scores[chunk].tolist(), sources, targets))
             bar.update(len(sources))
     return len(pairs)

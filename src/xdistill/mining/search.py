@@ -9,7 +9,6 @@ queries. :func:`search_index` checks that both sides have the same dimension and
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ import numpy as np
 from xdistill.errors import InputFileError
 from xdistill.mining.knn import knn_search
 from xdistill.vectors import as_float32_matrix
-from xdistill.mining.stream import LineFile
+from xdistill.mining.stream import LineFile, tsv_field
 
 
 @dataclass(frozen=True)
@@ -36,9 +35,15 @@ def load_index(path: str | Path) -> np.ndarray:
     if not path.is_file():
         raise InputFileError(path, "index file not found (embed the corpus with `xdistill encode` first)")
     try:
-        matrix = np.load(path, mmap_mode="r")
-    except ValueError as exc:
-        raise InputFileError(path, f"not a .npy embedding matrix: {exc}") from None
+        matrix = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, EOFError, OSError) as exc:
+        # an empty file ends early (EOFError), a text file reads as a refused pickle (ValueError)
+        raise InputFileError(path, f"not a .npy file (expected the embedding matrix `xdistill encode` writes): "
+                                   f"{exc or type(exc).__name__}") from None
+    if not isinstance(matrix, np.ndarray):  # an .npz archive loads as a mapping of arrays
+        matrix.close()
+        raise InputFileError(path, "not a .npy file but an .npz archive; give the .npy matrix `xdistill encode` "
+                                   "writes")
     if matrix.ndim != 2 or matrix.shape[0] == 0:
         raise InputFileError(path, f"expected a non-empty 2-D embedding matrix, got shape {matrix.shape}")
     return matrix
@@ -66,9 +71,8 @@ def write_hits(hits: list[Hit], queries: list[str], corpus: LineFile | None, out
 
     texts = corpus.lines(np.array([hit.corpus for hit in hits], dtype=np.int64)) if corpus and hits else None
     with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\", lineterminator="\n")
-        writer.writerow(["query_line", "rank", "corpus_line", "score", "query", "corpus_text"])
-        for number, hit in enumerate(hits):
-            writer.writerow([hit.query + 1, hit.rank, hit.corpus + 1, f"{hit.score:.4f}", queries[hit.query],
-                             texts[number] if texts else ""])
+        handle.write("query_line\trank\tcorpus_line\tscore\tquery\tcorpus_text\n")
+        handle.writelines(f"{hit.query + 1}\t{hit.rank}\t{hit.corpus + 1}\t{hit.score:.4f}\t"
+                          f"{tsv_field(queries[hit.query])}\t{tsv_field(texts[number]) if texts else ''}\n"
+                          for number, hit in enumerate(hits))
     return len(hits)

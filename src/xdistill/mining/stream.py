@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_SHARD_ROWS = 100_000
 _READ_CHUNK = 1 << 24
+_TEXT_ROWS_BATCH = 100_000
 
 
 class LineFile:
@@ -70,7 +71,7 @@ class LineFile:
                 except UnicodeDecodeError as exc:
                     raise InputFileError(self.path, f"not valid UTF-8 ({exc.reason}); save the file as UTF-8",
                                          self._line_at(starts, newlines, position, max(exc.start, 0))) from None
-                has_text = has_text or not text.isspace() and text.strip("\ufeff") != ""
+                has_text = has_text or bool(text.replace("\ufeff", "").strip())
                 starts.append(newlines.astype(np.int64) + position + 1)
                 position += len(chunk)
         try:
@@ -108,6 +109,16 @@ class LineFile:
         except UnicodeDecodeError as exc:
             raise InputFileError(self.path, f"not valid UTF-8 ({exc.reason})", number + 1) from exc
 
+    def text_rows(self) -> np.ndarray:
+        """0-based numbers of the lines that hold text (blank and whitespace-only lines left out).
+
+        Mining embeds only these: an empty line is no sentence, and empty lines are each other's
+        nearest neighbours, so they would come out as the best "pairs".
+        """
+        rows = [start + np.flatnonzero([bool(text.strip()) for text in texts])
+                for start, texts in zip(range(0, len(self), _TEXT_ROWS_BATCH), self.batches(_TEXT_ROWS_BATCH))]
+        return np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
+
     def batches(self, size: int) -> Iterator[list[str]]:
         """Consecutive lines in lists of at most ``size``."""
         with self.path.open("rb") as handle:
@@ -125,6 +136,16 @@ class LineFile:
                 handle.seek(int(self.offsets[number]))
                 result.append(self._decode(handle.read(int(self.offsets[number + 1] - self.offsets[number])), number))
         return result
+
+
+def tsv_field(text: str) -> str:
+    """``text`` as one field of a TSV line: a tab or line break inside it would shift the columns or
+    split the row, so each becomes a space (the mining and search outputs are read back by column)."""
+    return text.translate(_TSV_UNSAFE)
+
+
+_TSV_UNSAFE = str.maketrans({"\t": " ", "\n": " ", "\r": " ", "\v": " ", "\f": " ", "\x1c": " ", "\x1d": " ",
+                             "\x1e": " ", "\x85": " ", "\u2028": " ", "\u2029": " "})
 
 
 class NpyRows:
@@ -187,17 +208,29 @@ def write_npy_shards(blocks: Iterator[np.ndarray], n_rows: int, out_path: str | 
 
 
 def encode_file(encoder: Encoder, text_path: str | Path, out_path: str | Path, *, batch_size: int = 64,
-                shard_rows: int = 10_000, progress: bool = True) -> Path:
-    """Embed every line of ``text_path`` into ``out_path`` (.npy, float32, one row a line)."""
+                shard_rows: int = 10_000, progress: bool = True, rows: np.ndarray | None = None) -> Path:
+    """Embed the lines of ``text_path`` into ``out_path`` (.npy, float32, one row a line).
+
+    ``rows`` (sorted 0-based line numbers, e.g. :meth:`LineFile.text_rows`) keeps only those lines,
+    in that order; default: every line.
+    """
     lines = LineFile(text_path)
+    keep = None
+    if rows is not None:
+        keep = np.zeros(len(lines), bool)
+        keep[rows] = True
+    total = len(lines) if keep is None else int(keep.sum())
 
     def blocks() -> Iterator[np.ndarray]:
-        with tqdm(total=len(lines), unit="sent", desc=f"encode {lines.path.name}", disable=not progress) as bar:
-            for texts in lines.batches(shard_rows):
-                yield encoder.encode(texts, batch_size=batch_size, show_progress_bar=False)
-                bar.update(len(texts))
+        with tqdm(total=total, unit="sent", desc=f"encode {lines.path.name}", disable=not progress) as bar:
+            for start, texts in zip(range(0, len(lines), shard_rows), lines.batches(shard_rows)):
+                if keep is not None:
+                    texts = [text for text, wanted in zip(texts, keep[start:start + len(texts)]) if wanted]
+                if texts:
+                    yield encoder.encode(texts, batch_size=batch_size, show_progress_bar=False)
+                    bar.update(len(texts))
 
-    return write_npy_shards(blocks(), len(lines), out_path)
+    return write_npy_shards(blocks(), total, out_path)
 
 
 def merge_top_k(best_scores: np.ndarray, best_ids: np.ndarray, new_scores: np.ndarray, new_ids: np.ndarray,
