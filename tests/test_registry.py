@@ -97,6 +97,16 @@ def test_judge_against_the_untrained_student_and_the_teacher() -> None:
     assert not english.promote and any(r.startswith("en regressed 0.8500 vs teacher 0.8800") for r in english.reasons)
     assert judge(Scores(0.60, {"en": 0.85, "de": 0.60, "es": 0.45}, refs), None, 0.01, 0.02,
                  ("base", "champion")).promote  # the teacher check turned off
+    # English scores per benchmark (en.sts17) are English scores too; a candidate without them fails
+    nested = {"student-untrained": base, "teacher": Scores(0.20, {"en.sts17": 0.88, "en.stsb": 0.80})}
+    per_benchmark = judge(Scores(0.60, {"en.sts17": 0.85, "en.stsb": 0.81, "de": 0.6, "es": 0.45}, nested),
+                          None, 0.01, 0.02)
+    assert not per_benchmark.promote
+    assert [r for r in per_benchmark.reasons if "regressed" in r] == [
+        "en.sts17 regressed 0.8500 vs teacher 0.8800 (-0.0300, tolerance 0.0200)"]
+    no_english = judge(Scores(0.60, {"de": 0.60, "es": 0.45}, nested), None, 0.01, 0.02)
+    assert not no_english.promote
+    assert "teacher: the candidate has no en.sts17, en.stsb score: cannot show it is not worse" in no_english.reasons
     # a candidate registered without its references cannot show it is not worse
     blind = judge(Scores(0.90, {"en": 0.99}), None, 0.01, 0.02)
     assert not blind.promote and any("cannot show it is not worse" in r for r in blind.reasons)
@@ -212,10 +222,10 @@ def test_racing_promotions_leave_the_winner(tmp_path: Path, tracking_uri: str) -
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"register": {"model_name": MODEL_NAME}, "promote": {"margin": 0.0}}))
     refs = {"student-untrained": Scores(0.40, {"de": 0.40}), "teacher": Scores(0.9, {"en": 0.8})}
-    v1 = cheap_version(tracking_uri, 0.50, {"de": 0.50}, references=refs)
+    v1 = cheap_version(tracking_uri, 0.50, {"en": 0.8, "de": 0.50}, references=refs)
     assert promote(MODEL_NAME, v1, tracking_uri=tracking_uri).decision == "promoted"
-    worse = cheap_version(tracking_uri, 0.60, {"de": 0.60}, references=refs)
-    best = cheap_version(tracking_uri, 0.70, {"de": 0.70}, references=refs)
+    worse = cheap_version(tracking_uri, 0.60, {"en": 0.8, "de": 0.60}, references=refs)
+    best = cheap_version(tracking_uri, 0.70, {"en": 0.8, "de": 0.70}, references=refs)
 
     first = _promote_process(params, tracking_uri, best, hold_s=2.0)
     time.sleep(0.5)
@@ -256,6 +266,30 @@ def test_register_from_a_workspace_records_the_store_relative_to_the_registry_ro
     record = json.loads((workspace / "metrics" / "register.json").read_text())
     assert record["tracking_uri"] == "sqlite:///mlflow.db"  # no machine path, though the store is elsewhere
     assert read_registration(workspace / "metrics" / "register.json", project=project) == registration.as_dict()
+
+
+@pytest.mark.slow
+def test_register_cli_root_and_params_work_from_another_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from xdistill.cli.main import main
+
+    root = make_outputs_project(tmp_path / "project", 0.42, {"de": 0.5})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    params = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8"))
+    params["train"]["steps"] = 7
+    params["register"]["experiment"] = "from-other-params"
+    other_params = elsewhere / "other.yaml"
+    other_params.write_text(yaml.safe_dump(params), encoding="utf-8")
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv(REGISTRY_ROOT_ENV, raising=False)
+    assert main(["register", "--root", str(root), "--params", str(other_params)]) == 0
+
+    # the relative store lies in the project it was pointed at, not in the current folder
+    assert (root / "mlflow.db").is_file() and not (elsewhere / "mlflow.db").exists()
+    registration = read_registration(root / "metrics" / "register.json")
+    run = client_for(registration["tracking_uri"]).get_run(registration["run_id"])
+    assert run.data.params["train.steps"] == "7"  # the whole --params file is what the run logs
+    assert client_for(registration["tracking_uri"]).get_experiment(run.info.experiment_id).name == "from-other-params"
 
 
 @pytest.mark.slow

@@ -19,9 +19,10 @@ def command(root: str, params: str | None, tracking_uri: str | None) -> int:
     from xdistill.registry.register import RegisterConfig, register_run
 
     root_dir = Path(root)
-    section = load_params("register", params or root_dir / "params.yaml")
+    params_file = Path(params) if params else root_dir / "params.yaml"
+    section = load_params("register", params_file)
     if tracking_uri:
         section = {**section, "tracking_uri": tracking_uri}
-    registration = register_run(root_dir, RegisterConfig.from_params(section))
+    registration = register_run(root_dir, RegisterConfig.from_params(section), params_file=params_file)
     click.echo(json.dumps(registration.as_dict(), indent=2))
     return 0

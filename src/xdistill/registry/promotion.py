@@ -5,8 +5,9 @@ A candidate version becomes champion only if
 1. it is not worse than the untrained student it was distilled from (``base``): its primary
    score is at least the base's, and no language score falls more than ``tolerance`` below the
    base's;
-2. on English it is not worse than its teacher (``teacher``): the English score (STS17 en-en)
-   is at most ``tolerance`` below the teacher's;
+2. on English it is not worse than its teacher (``teacher``): each English score (``en``, or
+   ``en.<benchmark>`` when scores are per benchmark) is at most ``tolerance`` below the teacher's;
+   a candidate without the English scores the teacher has fails the check;
 3. its primary score beats the champion's by more than ``margin``, and no language score falls
    more than ``tolerance`` below the champion's (languages the champion was not evaluated on
    cannot regress). With no champion yet, this check passes.
@@ -140,20 +141,32 @@ def _check_reference(candidate: Scores, label: str, name: str, tolerance: float,
                        f"{candidate.primary - reference.primary:+.4f}{' (below the ' + name + ')' if below else ''}")
         failed |= below
     regressions = _regressions(candidate, reference, name, tolerance, languages)
-    if languages and not any(lang in reference.per_language and lang in candidate.per_language for lang in languages):
-        reasons.append(f"{name}: no {'/'.join(languages)} score to compare")
+    wanted = [key for key in reference.per_language if _of_languages(key, languages)] if languages else []
+    if languages and not any(key in candidate.per_language for key in wanted):
+        if wanted:  # the reference was scored on these languages, the candidate was not: like a missing reference
+            reasons.append(f"{name}: the candidate has no {', '.join(sorted(wanted))} score: "
+                           "cannot show it is not worse")
+            failed = True
+        else:
+            reasons.append(f"{name}: no {'/'.join(languages)} score to compare")
     reasons.extend(regressions)
     return failed or bool(regressions)
+
+
+def _of_languages(key: str, languages: tuple[str, ...] | None) -> bool:
+    """Whether a language score's key (``en`` or ``en.sts17``, see :mod:`xdistill.registry.scores`) is
+    one of ``languages`` (None: every language)."""
+    return languages is None or key.split(".", 1)[0] in languages
 
 
 def _regressions(candidate: Scores, reference: Scores, name: str, tolerance: float,
                  languages: tuple[str, ...] | None) -> list[str]:
     return [
-        f"{language} regressed {candidate.per_language[language]:.4f} vs {name} {score:.4f} "
-        f"({candidate.per_language[language] - score:+.4f}, tolerance {tolerance:.4f})"
-        for language, score in sorted(reference.per_language.items())
-        if (languages is None or language in languages)
-        and language in candidate.per_language and candidate.per_language[language] < score - tolerance
+        f"{key} regressed {candidate.per_language[key]:.4f} vs {name} {score:.4f} "
+        f"({candidate.per_language[key] - score:+.4f}, tolerance {tolerance:.4f})"
+        for key, score in sorted(reference.per_language.items())
+        if _of_languages(key, languages) and key in candidate.per_language
+        and candidate.per_language[key] < score - tolerance
     ]
 
 

@@ -124,12 +124,20 @@ def read_registration(path: str | Path = REGISTER_FILE, project: str | Path | No
     return {**record, "tracking_uri": resolve_tracking_uri(record["tracking_uri"], project)}
 
 
-def register_run(root: str | Path = ".", config: RegisterConfig | None = None) -> Registration:
-    """Log the pipeline outputs under ``root`` to MLflow, register the student, write register.json."""
+def register_run(root: str | Path = ".", config: RegisterConfig | None = None, *,
+                 params_file: str | Path | None = None) -> Registration:
+    """Log the pipeline outputs under ``root`` to MLflow, register the student, write register.json.
+
+    ``params_file`` (default ``<root>/params.yaml``) is logged as the run's parameters and, without
+    ``config``, gives the ``register`` section. A relative store resolves against the registry root
+    (:func:`~xdistill.registry.store.registry_root`), which is ``root`` unless the environment names one.
+    """
     root = Path(root).resolve()
-    config = config or RegisterConfig.from_params(load_params("register", root / PARAMS_FILE))
-    tracking_uri = resolve_tracking_uri(config.tracking_uri)
-    inputs = _collect_inputs(root)  # fail here, before anything is created
+    params_file = Path(params_file) if params_file is not None else root / PARAMS_FILE
+    config = config or RegisterConfig.from_params(load_params("register", params_file))
+    store_root = registry_root(root)
+    tracking_uri = resolve_tracking_uri(config.tracking_uri, store_root)
+    inputs = _collect_inputs(root, params_file)  # fail here, before anything is created
     tags = _lineage_tags(root)
     facts = _student_facts(root)
 
@@ -166,7 +174,7 @@ def register_run(root: str | Path = ".", config: RegisterConfig | None = None) -
             )
             # relative to the folder a relative store resolves against (the project; the Prefect flows
             # point it at the project from their private workspaces), so no machine path is committed
-            write_json_atomic(root / REGISTER_FILE, registration.as_record(registry_root()))
+            write_json_atomic(root / REGISTER_FILE, registration.as_record(store_root))
     except BaseException:
         _undo(client, config.model_name, version, run_id)
         raise
@@ -182,12 +190,11 @@ class _Inputs:
     scores: Scores | None
 
 
-def _collect_inputs(root: Path) -> _Inputs:
+def _collect_inputs(root: Path, params_file: Path) -> _Inputs:
     """Read and check everything the run will log, so a bad input fails before MLflow is touched."""
     student = root / STUDENT_DIR
     if not (student / "modules.json").is_file() and not (student / "config.json").is_file():
         raise InputFileError(student, "not a sentence-transformers model folder (no modules.json); run the train stage")
-    params_file = root / PARAMS_FILE
     params = load_params(None, params_file)
     metrics: dict[str, float] = {}
     for path in _metric_files(root / METRICS_DIR):

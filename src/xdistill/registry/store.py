@@ -37,9 +37,10 @@ PROMOTION_LOCK_TIMEOUT_S = 600.0
 _METRIC_KEY_FORBIDDEN = re.compile(r"[^A-Za-z0-9_\-. :/]")
 
 
-def registry_root() -> Path:
-    """The folder relative store paths resolve against (``XDISTILL_REGISTRY_ROOT`` or cwd)."""
-    return Path(os.environ.get(REGISTRY_ROOT_ENV) or Path.cwd()).resolve()
+def registry_root(project: str | Path | None = None) -> Path:
+    """The folder relative store paths resolve against: ``XDISTILL_REGISTRY_ROOT``, else ``project``
+    (the project a command was pointed at), else the current folder."""
+    return Path(os.environ.get(REGISTRY_ROOT_ENV) or project or Path.cwd()).resolve()
 
 
 def resolve_tracking_uri(uri: str | None, root: str | Path | None = None) -> str:
