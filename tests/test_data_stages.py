@@ -67,6 +67,21 @@ def test_default_params_stage_a_small_raw_folder(mirror_dir, repo_root):
     assert not any("en-fr" in p or "freedict" in p for p in paths)
 
 
+def test_corpora_cli_mirror_paths(tmp_path, mirror_dir, monkeypatch):
+    """corpora.mirror in a params file is relative to that file's folder; --mirror to the current folder."""
+    from xdistill.data.corpora import select_files
+
+    fake_mirror(tmp_path, mirror_dir, select_files(TINY_EVAL_DATASETS, ["de"], mirror_dir))
+    (tmp_path / "project").mkdir()
+    params = {"languages": ["de"], "corpora": {"datasets": TINY_EVAL_DATASETS, "mirror": "../mirror"}}
+    (tmp_path / "project" / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["corpora", "--params", "project/params.yaml", "--out", "from-params"]) == 0
+    assert main(["corpora", "--params", "project/params.yaml", "--out", "from-cli", "--mirror", "mirror"]) == 0
+    for out in ("from-params", "from-cli"):
+        assert (tmp_path / out / "eval/sts17/STS2017.eval.v1.1/STS.input.track5.en-en.txt").is_file()
+
+
 def test_missing_mirror_dataset_and_file_fail_clearly(tmp_path, mirror_dir):
     with pytest.raises(InputFileError, match="corpora mirror folder not found"):
         stage_corpora(tmp_path / "raw", TINY_EVAL_DATASETS, ["de"], tmp_path / "nowhere")

@@ -19,7 +19,7 @@ from xdistill.io import PARAMS_FILE, load_params
 @click.command()
 @click.option("--params", default=PARAMS_FILE, show_default=True, help="params file")
 @click.option("--out", default="data/raw", show_default=True, help="raw corpora folder")
-@click.option("--mirror", default=None, help="override corpora.mirror (a folder)")
+@click.option("--mirror", default=None, help="override corpora.mirror (a folder; relative: to the current folder)")
 def command(params: str, out: str, mirror: str | None) -> int:
     """Stage the configured raw corpora into data/raw (from the mirror or by download), checksum-verified."""
     from xdistill.data.corpora import stage_corpora
@@ -27,11 +27,12 @@ def command(params: str, out: str, mirror: str | None) -> int:
 
     all_params = load_params(path=params)
     section = all_params.get("corpora") or {}
-    mirror = mirror if mirror is not None else section.get("mirror")
-    if mirror is not None and not Path(mirror).is_absolute():
-        # relative to the params file's folder (the project root); kept relative so that data/raw's
-        # MANIFEST.json (a DVC output) is the same in every clone
-        mirror = os.path.normpath(Path(params).parent / mirror)
+    if mirror is None and section.get("mirror") is not None:
+        mirror = section["mirror"]
+        if not Path(mirror).is_absolute():
+            # relative to the params file's folder (the project root); kept relative so that data/raw's
+            # MANIFEST.json (a DVC output) is the same in every clone
+            mirror = os.path.normpath(Path(params).parent / mirror)
     manifest = stage_corpora(
         out,
         datasets=section.get("datasets") or {},
