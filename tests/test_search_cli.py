@@ -34,12 +34,13 @@ def test_search_returns_the_k_nearest_corpus_lines_with_their_text(corpus, tmp_p
     text, index = corpus
     lines = text.read_text(encoding="utf-8").splitlines()
     queries = tmp_path / "queries.txt"
-    queries.write_text(f"{lines[7]}\n{lines[23]}\n", encoding="utf-8")
+    queries.write_text(f"{lines[7]}\n\n  \n{lines[23]}\n", encoding="utf-8")  # blank lines are no queries
     out = tmp_path / "hits.tsv"
     assert main(["search", str(queries), "--index", str(index), "--corpus", str(text), "--model", TEACHER,
                  "-k", "3", "-o", str(out)]) == 0
     rows = _rows(out)
     assert len(rows) == 6 and [r[1] for r in rows] == ["1", "2", "3"] * 2
+    assert [r[0] for r in rows] == ["1"] * 3 + ["4"] * 3  # the queries' own line numbers
     # a query that is a corpus line finds itself first, with its text
     assert (rows[0][2], rows[0][5]) == ("8", lines[7]) and (rows[3][2], rows[3][5]) == ("24", lines[23])
     assert float(rows[0][3]) == pytest.approx(1.0, abs=1e-4) and float(rows[1][3]) < float(rows[0][3])

