@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
+from xdistill.errors import XdistillError
 from xdistill.io import PARAMS_FILE, load_params
 
 REFUSED_STATUS = 3
@@ -26,10 +28,24 @@ def registry_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def registry_settings(params: str, tracking_uri: str | None, model_name: str | None) -> tuple[str, str, dict]:
-    """(tracking URI, model name, promote section) from params.yaml and the flags."""
+    """(tracking URI, model name, promote section) from params.yaml and the flags.
+
+    A relative store named in the params file (or the default one) lies in that file's project, as for
+    ``register``; one given with ``--tracking-uri`` is relative to the current folder. A local store that
+    does not exist is an error: promoting in an empty store made on the spot would only say "no versions".
+    """
+    from xdistill.registry.store import local_store_path, registry_root, resolve_tracking_uri
+
     all_params = load_params(None, params)
     register = all_params.get("register") or {}
-    tracking_uri = tracking_uri or register.get("tracking_uri")
+    if tracking_uri:
+        tracking_uri = resolve_tracking_uri(tracking_uri)
+    else:
+        tracking_uri = resolve_tracking_uri(register.get("tracking_uri"), registry_root(Path(params).parent))
+    store = local_store_path(tracking_uri)
+    if store is not None and not store.exists():
+        raise XdistillError(f"no MLflow store at {store}: register a student first (the register stage) "
+                            "or point --tracking-uri / register.tracking_uri at the store")
     model_name = model_name or register.get("model_name") or "xdistill-student"
     return tracking_uri, model_name, dict(all_params.get("promote") or {})
 
