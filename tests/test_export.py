@@ -137,3 +137,13 @@ def test_folders_without_weights_give_clear_errors(exported, tmp_path: Path, cap
     assert main(["export", str(source), "-o", str(tmp_path / "out"), "--formats", "tflite"]) == 2
     assert "'tflite' is not one of 'onnx', 'onnx-int8', 'fp16'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_export_never_replaces_the_student(exported, capsys) -> None:
+    source, _ = exported
+    before = sorted(p.name for p in source.iterdir())
+    for output, problem in ((source, "is or holds the student"), (source.parent, "is or holds the student"),
+                            (source / "onnx-export", "lies inside the student")):
+        assert main(["export", str(source), "-o", str(output), "--formats", "onnx"]) == 2
+        assert problem in capsys.readouterr().err
+    assert sorted(p.name for p in source.iterdir()) == before and (source / "model.safetensors").is_file()

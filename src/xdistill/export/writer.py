@@ -64,6 +64,7 @@ def export_student(student_dir: str | Path, output_dir: str | Path, formats: Seq
     student_dir, output_dir = Path(student_dir), Path(output_dir)
     if not student_dir.is_dir():
         raise XdistillError(f"{student_dir}: student folder not found")
+    _check_apart(student_dir, output_dir)
     check_backend_files(student_dir, "torch")
     model = SentenceTransformer(str(student_dir), device="cpu", local_files_only=True).float().eval()
     reference = model.encode(CHECK_TEXTS, normalize_embeddings=True)
@@ -92,6 +93,17 @@ def export_student(student_dir: str | Path, output_dir: str | Path, formats: Seq
     log.info("exported %s to %s: %s", student_dir, output_dir,
              ", ".join(f"{f} {report.size_mb[f]:.1f} MB (min cosine {report.min_cosine_to_fp32[f]:.5f})" for f in formats))
     return report
+
+
+def _check_apart(student_dir: Path, output_dir: Path) -> None:
+    """Refuse an output that would replace the student (the same folder, or one holding it) or sit inside it."""
+    student, output = student_dir.resolve(), output_dir.resolve()
+    if output == student or student.is_relative_to(output):
+        raise XdistillError(f"{output_dir}: the export folder is replaced as a whole, and it is or holds the student "
+                            f"{student_dir}; choose another folder (e.g. {student_dir}-export)")
+    if output.is_relative_to(student):
+        raise XdistillError(f"{output_dir}: the export folder lies inside the student {student_dir}; choose a "
+                            f"folder beside it (e.g. {student_dir}-export)")
 
 
 def _copy_teacher_adapter(student_dir: Path, folder: Path) -> bool:
