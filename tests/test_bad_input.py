@@ -90,6 +90,23 @@ def test_teacher_embed_names_a_one_column_parallel_file(tmp_path: Path, capsys: 
     assert not (tmp_path / "store").exists()
 
 
+@pytest.mark.parametrize(("models", "problem"), [({"teacher": MODEL}, "models.student is not set"),
+                                                 (None, "models.student is not set")])
+def test_train_names_a_missing_student(models: dict | None, problem: str, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"languages": ["de"], "models": models, "train": {}}))
+    assert main(["train", "--params", str(params)]) == 2
+    assert f"error: {params}: {problem}" in error_line(capsys)
+
+
+def test_evaluate_refuses_two_stages_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"languages": ["de"], "models": {"teacher": MODEL}, "evaluate": {}}))
+    assert main(["evaluate", "--baselines", "--start", "--params", str(params)]) == 2
+    assert "--baselines and --start are two stages" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("command", [["corpora"], ["parallel"], ["evaluate", "--baselines"]])
 def test_an_unknown_language_code_names_the_params_file(command: list[str], tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:

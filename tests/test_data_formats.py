@@ -223,3 +223,12 @@ def test_crlf_file_fails_as_a_whole(tmp_path):
     path = write_lines(tmp_path / "dos.tsv", [b"a\tb\r", b"c\td\r"])
     with pytest.raises(InputFileError, match="CR LF"):
         list(formats.read_st_parallel(path, None, ["de"], checkers(0.01)))
+
+
+def test_ted2020_header_problems_are_named(tmp_path):
+    dos = write_lines(tmp_path / "ted-dos.tsv", [b"en\tde\r", b"Hello\tHallo\r"])
+    with pytest.raises(InputFileError, match=r"ted-dos.tsv:1: unreadable header row \(.*CR LF"):
+        list(formats.read_ted2020(dos, ["de"], checkers()))
+    empty = write_lines(tmp_path / "ted-empty.tsv", [])
+    with pytest.raises(InputFileError, match="empty"):
+        list(formats.read_ted2020(empty, ["de"], checkers()))

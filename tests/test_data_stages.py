@@ -384,3 +384,7 @@ def test_missing_source_file_and_bad_source_config_fail_clearly(tmp_path, tiny_r
         run_parallel(raw, tmp_path, sources=[{**missing, "format": "csv"}])
     with pytest.raises(XdistillError, match="unknown keys"):
         run_parallel(raw, tmp_path, sources=[{**missing, "wieght": 2}])
+    with pytest.raises(XdistillError, match=r"\[multi30k\]: english_side must be 'src' or 'trg', not 'en'"):
+        run_parallel(raw, tmp_path, sources=[{**missing, "format": "opus_sample", "english_side": "en"}])
+    with pytest.raises(XdistillError, match=r"\[multi30k\]: source_column must be 0 or 1"):
+        run_parallel(raw, tmp_path, sources=[{**missing, "format": "dictionary", "source_column": 2}])

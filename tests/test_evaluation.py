@@ -131,6 +131,14 @@ def test_stsb_multi_mt_reader_handles_quoted_commas(tmp_path: Path):
     path.write_text('a,b,1.0\nhello, world,b,2.0\n', encoding="utf-8")
     with pytest.raises(InputFileError, match=r"stsb-en-test.csv:2: expected 3 CSV fields"):
         read_stsb_multi_mt(path)
+    # a quote left open swallows the rest of the file: the error names the line it opened on
+    path.write_text('a,b,1.0\n"unclosed,b,2.0\n' + "c,d,3.0\n" * 10, encoding="utf-8")
+    with pytest.raises(InputFileError, match=r"stsb-en-test.csv:2: .*runs on to line 12: an unclosed quote"):
+        read_stsb_multi_mt(path)
+    with path.open("w", encoding="utf-8") as handle:  # past the csv module's field limit: its own error
+        handle.write('a,b,1.0\n"unclosed,b,2.0\n' + "x" * 200_000 + "\n")
+    with pytest.raises(InputFileError, match=r"stsb-en-test.csv:2: malformed CSV .*unclosed quote"):
+        read_stsb_multi_mt(path)
 
 
 def test_stsb_crosslingual_sets_pair_english_with_translations(mirror_dir: Path):

@@ -468,6 +468,12 @@ def test_stage_names_a_bad_parallel_file(tmp_path):
     assert not (tmp_path / "store").exists()  # nothing embedded, nothing written
     with pytest.raises(XdistillError, match="models.teacher"):
         build_teacher_store([good], tmp_path / "store", {"batch_size": 8})
+    # the section is checked: a misspelt key or a value of the wrong type is named, not ignored
+    for section, problem in (({"batchsize": 8}, r"teacher_embed: unknown keys \['batchsize'\]"),
+                             ({"batch_size": "abc"}, r"teacher_embed.batch_size: .*got 'abc'"),
+                             ({"commit_rows": 0}, r"teacher_embed.commit_rows: must be at least 1")):
+        with pytest.raises(XdistillError, match=problem):
+            build_teacher_store([good], tmp_path / "store", {"teacher": TEACHER, **section})
 
 
 def test_cli_runs_the_stage(tmp_path, sentences, repo_root):

@@ -164,6 +164,13 @@ def test_block_mining_uses_floress_gold_share_and_averages_draws(tmp_path: Path)
     empty = tmp_path / "none.tsv.gz"
     write_parallel_tsv(empty, [])  # what the parallel stage writes when no block is held out
     assert load_mining_blocks(empty, model.tokenizer, "", 32) == [] == load_mining_blocks(None, model.tokenizer, "", 32)
+    plain = tmp_path / "blocks.tsv"  # not gzipped: read as the parallel TSV reader reads it
+    plain.write_text("source\ttranslation\tlang\tcorpus\nHello.\tHallo.\tde\twmt\n", encoding="utf-8")
+    assert [block.lang for block in load_mining_blocks(plain, model.tokenizer, "", 32)] == ["de"]
+    corrupt = tmp_path / "corrupt.tsv.gz"
+    corrupt.write_bytes(b"not gzip at all")
+    with pytest.raises(InputFileError, match="corrupt.tsv.gz: unreadable parallel data"):
+        load_mining_blocks(corrupt, model.tokenizer, "", 32)
 
 
 def test_dev_mining_blocks_replace_the_pooled_mining_part_of_the_dev_score(setup: dict[str, Path],

@@ -52,6 +52,8 @@ def command(baselines: bool, start: bool, params: str, raw_dir: str, dev: str, s
     languages = check_languages(all_params.get("languages"), params)
     settings = EvaluationSettings.from_params(all_params.get("evaluate"), languages)
     models = all_params.get("models") or {}
+    if baselines and start:
+        raise click.UsageError("--baselines and --start are two stages: give one of them")
     if baselines:
         results = run_baselines(settings, models, raw_dir, dev, baselines_dir)
         click.echo(f"baselines written to {baselines_dir}: {', '.join(results)}")

@@ -32,7 +32,7 @@ def command(params: str, start_dir: str, train_file: str, dev_file: str, teacher
 
     train_params = TrainParams.from_params(load_params("train", params))
     runtime = RuntimeSettings.from_params(load_params(None, params).get("runtime"))
-    models = load_params("models", params)
+    models = load_params("models", params) or {}
     report = fit_start_adapter(start_dir, train_file, dev_file, teacher_dir, train_params, output,
                                teacher_spec=models.get("teacher"), device=device, threads=runtime.threads)
     if report is None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from xdistill.errors import XdistillError
 from xdistill.io import PARAMS_FILE, load_params
 
 logger = logging.getLogger(__name__)
@@ -43,7 +44,9 @@ def command(params: str, train_file: str, dev_file: str, dev_mining: str, teache
 
     train_params = TrainParams.from_params(load_params("train", params))
     runtime = RuntimeSettings.from_params(load_params(None, params).get("runtime"))
-    models = load_params("models", params)
+    models = load_params("models", params) or {}
+    if not models.get("student"):
+        raise XdistillError(f"{params}: models.student is not set (the multilingual model to distil into)")
     outputs = OutputPaths(
         model_dir=Path(output),
         checkpoint_dir=Path(checkpoints),

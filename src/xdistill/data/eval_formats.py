@@ -121,12 +121,21 @@ def read_stsb_multi_mt(path: str | Path) -> list[STSbRow]:
     try:
         with path.open(encoding="utf-8", newline="") as handle:
             reader = csv.reader(handle)
-            for fields in reader:
+            while True:
+                start = reader.line_num + 1  # errors name the line the row starts on
+                try:
+                    fields = next(reader)
+                except StopIteration:
+                    break
+                except csv.Error as exc:
+                    raise InputFileError(path, f"malformed CSV ({exc}); an unclosed quote?", start) from None
                 if len(fields) != 3:
+                    # a quote left open swallows the lines after it into one field
+                    spans = f"; the row runs on to line {reader.line_num}: an unclosed quote?" \
+                        if reader.line_num > start else ""
                     raise InputFileError(
-                        path, f"expected 3 CSV fields (sentence1, sentence2, score), found {len(fields)}",
-                        reader.line_num)
-                rows.append(STSbRow(fields[0], fields[1], _score(path, fields[2], reader.line_num)))
+                        path, f"expected 3 CSV fields (sentence1, sentence2, score), found {len(fields)}{spans}", start)
+                rows.append(STSbRow(fields[0], fields[1], _score(path, fields[2], start)))
     except UnicodeDecodeError:
         raise InputFileError(path, "not valid UTF-8") from None
     if not rows:

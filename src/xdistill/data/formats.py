@@ -254,8 +254,14 @@ def read_ted2020(path: Path, languages: Iterable[str], checkers: Checkers) -> It
 
 
 def _read_header(path: Path, checker: RowChecker) -> list[str]:
-    for _, text in iter_lines(path, RowChecker(checker.path, 1.0)):
-        return [c.strip() for c in text.split("\t")]
+    header_checker = RowChecker(checker.path, 1.0)  # counts what is wrong with line 1 instead of failing
+    for line_no, text in iter_lines(path, header_checker):
+        if line_no == 1:
+            return [c.strip() for c in text.split("\t")]
+        break
+    if header_checker.bad:  # e.g. a CR LF file: every line rejected, so nothing is read at all
+        raise InputFileError(path, f"unreadable header row ({next(iter(header_checker.reasons))}); expected "
+                                   "language codes separated by tabs", 1)
     raise InputFileError(path, "empty file (expected a header row of language codes)")
 
 

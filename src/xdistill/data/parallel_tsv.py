@@ -61,17 +61,31 @@ def write_parallel_tsv(path: str | Path, rows: Iterable[Sequence[str]]) -> None:
                     handle.write("\t".join(row) + "\n")
 
 
+def _open_text(path: Path):
+    return (gzip.open if path.suffix == ".gz" else open)(path, "rt", encoding="utf-8", newline="")
+
+
+def has_pairs(path: str | Path) -> bool:
+    """Whether the file holds a row after its header (the parallel stage writes a header-only file when
+    nothing was held out, e.g. no dev mining block; :func:`read_parallel_pairs` refuses such a file)."""
+    path = Path(path)
+    try:
+        with _open_text(path) as handle:
+            return next(handle, None) is not None and next(handle, None) is not None
+    except (OSError, EOFError, UnicodeDecodeError) as exc:  # BadGzipFile is an OSError
+        raise InputFileError(path, f"unreadable parallel data: {exc}") from exc
+
+
 def read_parallel_pairs(path: str | Path) -> ParallelPairs:
     """Read a (gzipped) parallel TSV with the :data:`HEADER` row; every pair needs a source and a translation."""
     path = Path(path)
     if not path.is_file():
         raise InputFileError(path, "parallel data file not found (run the `parallel` stage first)")
-    opener = gzip.open if path.suffix == ".gz" else open
     sources: list[str] = []
     translations: list[str] = []
     langs: list[str] = []
     try:
-        with opener(path, "rt", encoding="utf-8", newline="") as handle:
+        with _open_text(path) as handle:
             reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
             header = next(reader, None)
             if header is None or tuple(header) != HEADER:

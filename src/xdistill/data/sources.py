@@ -58,6 +58,12 @@ class SourceSpec:
             raise XdistillError(f"parallel.sources[{self.name}]: unknown format '{self.format}' (one of {', '.join(FORMATS)})")
         if self.weight < 0:
             raise XdistillError(f"parallel.sources[{self.name}]: weight must be >= 0")
+        if self.english_side not in ("src", "trg"):
+            raise XdistillError(f"parallel.sources[{self.name}]: english_side must be 'src' or 'trg', "
+                                f"not {self.english_side!r}")
+        if self.source_column not in (0, 1):
+            raise XdistillError(f"parallel.sources[{self.name}]: source_column must be 0 or 1 (a two-column "
+                                f"word list), not {self.source_column!r}")
 
     def covered_languages(self, languages: Iterable[str]) -> list[str]:
         wanted = list(languages)

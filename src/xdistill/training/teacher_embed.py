@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.data.parallel_tsv import read_parallel_pairs
 from xdistill.errors import XdistillError
 from xdistill.training.teacher_store import (
@@ -233,16 +234,34 @@ def _encode_missing(writer: SubstoreWriter, teacher_spec: str, texts: list[str],
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class TeacherEmbedSettings:
+    """The ``teacher_embed`` section of params.yaml."""
+
+    __pydantic_config__ = SECTION_CONFIG
+
+    batch_size: int = 128  # sentences per forward pass
+    device: str | None = None  # null: cuda when present, else cpu
+    commit_rows: int = 16384  # new vectors are committed to the store every this many sentences
+    shared_store: bool = False  # also read and add to shared_store_dir()
+
+    def __post_init__(self) -> None:
+        for key in ("batch_size", "commit_rows"):
+            if getattr(self, key) < 1:
+                raise XdistillError(f"params teacher_embed.{key}: must be at least 1 (got {getattr(self, key)})")
+
+
 def build_teacher_store(parallel_files: Sequence[str | Path], store_dir: str | Path,
                         params: Mapping[str, Any]) -> EmbedStats:
     """The ``teacher_embed`` stage: embed every distinct source sentence of the parallel files.
 
     ``params``: ``teacher`` (model spec, from ``models.teacher``) plus the ``teacher_embed``
-    section: ``batch_size``, ``device`` (null = cuda when present, else cpu), ``commit_rows``,
-    ``shared_store`` (true: read and add to :func:`shared_store_dir`; default false).
+    section (:class:`TeacherEmbedSettings`), checked before anything is read.
     """
     if not params.get("teacher"):
         raise XdistillError("teacher_embed: no teacher model spec (params.yaml models.teacher)")
+    settings = parse_section(TeacherEmbedSettings, {k: v for k, v in params.items() if k != "teacher"},
+                             "teacher_embed")
     sentences: list[str] = []
     for path in parallel_files:
         sentences.extend(read_parallel_pairs(path).sources)
@@ -251,8 +270,8 @@ def build_teacher_store(parallel_files: Sequence[str | Path], store_dir: str | P
         store_dir,
         str(params["teacher"]),
         sentences,
-        batch_size=int(params.get("batch_size", 128)),
-        device=params.get("device"),
-        commit_rows=int(params.get("commit_rows", 16384)),
-        shared_dir=shared_store_dir() if params.get("shared_store", False) else None,
+        batch_size=settings.batch_size,
+        device=settings.device,
+        commit_rows=settings.commit_rows,
+        shared_dir=shared_store_dir() if settings.shared_store else None,
     )

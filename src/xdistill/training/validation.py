@@ -32,6 +32,7 @@ points; mining on held-out news blocks (on-topic distractors, FLORES's gold shar
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,6 +47,8 @@ from xdistill.evaluation.metrics import mean_or_nan, paired_cosine, spearman_x10
 from xdistill.training.batches import Featurizer, TokenizedPairs, encode_token_ids
 from xdistill.training.pairs import tokenize_texts
 from xdistill.vectors import l2_normalise
+
+log = logging.getLogger(__name__)
 
 # selection metric -> "max" or "min"
 SELECTION_METRICS = {"dev_score": "max", "dev_mse_x100": "min", "dev_accuracy": "max", "dev_sts": "max"}
@@ -98,7 +101,10 @@ def load_sts_dev(stsb_dir: str | Path | None, languages: Sequence[str], tokenize
     """The stsb-multi-mt dev sets of ``languages`` (and English), tokenised; [] when off or absent."""
     from xdistill.evaluation.sts import build_stsb_sets
 
-    if stsb_dir is None or max_pairs == 0 or not Path(stsb_dir).is_dir():
+    if stsb_dir is None or max_pairs == 0:
+        return []
+    if not Path(stsb_dir).is_dir():
+        log.warning("%s: no stsb-multi-mt folder, so no STS in the dev score (the corpora stage stages it)", stsb_dir)
         return []
     monolingual, crosslingual = build_stsb_sets(stsb_dir, sorted(set(languages)), max_pairs, split="dev")
     return [
@@ -119,9 +125,14 @@ class TokenizedBlock:
 
 def load_mining_blocks(path: str | Path | None, tokenizer, prompt: str, max_length: int) -> list[TokenizedBlock]:
     """The dev mining blocks of ``path`` (the parallel stage's ``dev_mining.tsv.gz``), one per language."""
-    from xdistill.data.parallel_tsv import read_parallel_pairs
+    from xdistill.data.parallel_tsv import has_pairs, read_parallel_pairs
 
-    if path is None or not Path(path).is_file() or not _holds_rows(Path(path)):
+    if path is None:
+        return []
+    if not Path(path).is_file():
+        log.warning("%s: no dev mining file, so no dev mining (the parallel stage writes it)", path)
+        return []
+    if not has_pairs(path):
         return []
     pairs = read_parallel_pairs(path)
     blocks = []
@@ -130,15 +141,6 @@ def load_mining_blocks(path: str | Path | None, tokenizer, prompt: str, max_leng
         blocks.append(TokenizedBlock(lang, tokenize_texts(tokenizer, [pairs.sources[i] for i in rows], max_length, prompt),
                                      tokenize_texts(tokenizer, [pairs.translations[i] for i in rows], max_length, prompt)))
     return blocks
-
-
-def _holds_rows(path: Path) -> bool:
-    """Whether a gzipped parallel TSV has a row after its header (the parallel stage writes a header-only
-    file when no source holds out a block; read_parallel_pairs rightly refuses such a training file)."""
-    import gzip
-
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return next(handle, None) is not None and next(handle, None) is not None
 
 
 @dataclass
