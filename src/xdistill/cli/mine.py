@@ -78,7 +78,7 @@ def _mine(src_lines, tgt_lines, output: Path, work_dir: Path, *, model: str, k: 
     for side, lines in (("src", src_lines), ("tgt", tgt_lines)):
         rows = lines.text_rows()  # blank lines are no candidates; the output keeps the files' line numbers
         text_rows.append(rows)
-        embeddings.append(encode_file(encoder, lines.path, work_dir / f"{side}.npy", batch_size=batch_size,
+        embeddings.append(encode_file(encoder, lines, work_dir / f"{side}.npy", batch_size=batch_size,
                                       shard_rows=min(shard_rows, 10_000), progress=progress, rows=rows))
     pairs = mine_npy(embeddings[0], embeddings[1], k=k, margin=margin, retrieval=retrieval,
                      shard_rows=shard_rows, index=index, nprobe=nprobe, progress=progress)

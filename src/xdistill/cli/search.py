@@ -37,20 +37,19 @@ def command(queries: Path, index_path: Path, corpus: Path | None, model: str, k:
     """Find the K nearest lines of an embedded corpus for every line of QUERIES."""
     from xdistill.errors import InputFileError
     from xdistill.mining.search import load_index, search_index, write_hits
-    from xdistill.mining.stream import LineFile
+    from xdistill.mining.stream import LineFile, holds_text
     from xdistill.models.teacher_adapter import load_encoder_with_adapter
 
     index = load_index(index_path)
     corpus_file = LineFile(corpus) if corpus else None
     if corpus_file is not None and len(corpus_file) != index.shape[0]:
         raise InputFileError(corpus, f"{len(corpus_file)} lines, but the index {index_path} has {index.shape[0]} rows")
-    query_file = LineFile(queries)  # refuses an empty file or one of blank lines
-    lines = [line for batch in query_file.batches(10_000) for line in batch]
-    asked = query_file.text_rows()  # a blank line is no query; hits keep the file's line numbers
+    lines = [line for batch in LineFile(queries).batches(10_000) for line in batch]  # refuses a file of no text
+    asked = [row for row, line in enumerate(lines) if holds_text(line)]  # hits keep the file's line numbers
     encoder = load_encoder_with_adapter(model, device=device, teacher_space=teacher_space)
-    vectors = encoder.encode([lines[row] for row in asked.tolist()], batch_size=batch_size)
+    vectors = encoder.encode([lines[row] for row in asked], batch_size=batch_size)
     source = f"--model {model}" + (" --teacher-space" if teacher_space else "")
-    hits = [replace(hit, query=int(asked[hit.query]))
+    hits = [replace(hit, query=asked[hit.query])
             for hit in search_index(vectors, index, k, index_path=index_path, query_source=source)]
     rows = write_hits(hits, lines, corpus_file, output)
     logger.info("wrote %d hits for %d queries to %s", rows, len(asked), output)

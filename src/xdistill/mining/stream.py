@@ -115,7 +115,7 @@ class LineFile:
         Mining embeds only these: an empty line is no sentence, and empty lines are each other's
         nearest neighbours, so they would come out as the best "pairs".
         """
-        rows = [start + np.flatnonzero([bool(text.strip()) for text in texts])
+        rows = [start + np.flatnonzero([holds_text(text) for text in texts])
                 for start, texts in zip(range(0, len(self), _TEXT_ROWS_BATCH), self.batches(_TEXT_ROWS_BATCH))]
         return np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
 
@@ -136,6 +136,11 @@ class LineFile:
                 handle.seek(int(self.offsets[number]))
                 result.append(self._decode(handle.read(int(self.offsets[number + 1] - self.offsets[number])), number))
         return result
+
+
+def holds_text(line: str) -> bool:
+    """Whether a line is a sentence: blank and whitespace-only lines are not (mining and search skip them)."""
+    return bool(line.strip())
 
 
 def tsv_field(text: str) -> str:
@@ -207,14 +212,15 @@ def write_npy_shards(blocks: Iterator[np.ndarray], n_rows: int, out_path: str | 
     return Path(out_path)
 
 
-def encode_file(encoder: Encoder, text_path: str | Path, out_path: str | Path, *, batch_size: int = 64,
+def encode_file(encoder: Encoder, text_path: str | Path | LineFile, out_path: str | Path, *, batch_size: int = 64,
                 shard_rows: int = 10_000, progress: bool = True, rows: np.ndarray | None = None) -> Path:
     """Embed the lines of ``text_path`` into ``out_path`` (.npy, float32, one row a line).
 
-    ``rows`` (sorted 0-based line numbers, e.g. :meth:`LineFile.text_rows`) keeps only those lines,
+    ``text_path`` may be an already indexed :class:`LineFile` (the file is then not read twice to index
+    it). ``rows`` (sorted 0-based line numbers, e.g. :meth:`LineFile.text_rows`) keeps only those lines,
     in that order; default: every line.
     """
-    lines = LineFile(text_path)
+    lines = text_path if isinstance(text_path, LineFile) else LineFile(text_path)
     keep = None
     if rows is not None:
         keep = np.zeros(len(lines), bool)

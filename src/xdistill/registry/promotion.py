@@ -141,14 +141,13 @@ def _check_reference(candidate: Scores, label: str, name: str, tolerance: float,
                        f"{candidate.primary - reference.primary:+.4f}{' (below the ' + name + ')' if below else ''}")
         failed |= below
     regressions = _regressions(candidate, reference, name, tolerance, languages)
-    wanted = [key for key in reference.per_language if _of_languages(key, languages)] if languages else []
-    if languages and not any(key in candidate.per_language for key in wanted):
-        if wanted:  # the reference was scored on these languages, the candidate was not: like a missing reference
-            reasons.append(f"{name}: the candidate has no {', '.join(sorted(wanted))} score: "
-                           "cannot show it is not worse")
-            failed = True
-        else:
-            reasons.append(f"{name}: no {'/'.join(languages)} score to compare")
+    wanted = [key for key in reference.per_language if _of_languages(key, languages)]
+    if languages and not wanted:
+        reasons.append(f"{name}: no {'/'.join(languages)} score to compare")
+    elif languages and not any(key in candidate.per_language for key in wanted):
+        # the reference was scored on these languages, the candidate was not: like a missing reference
+        reasons.append(f"{name}: the candidate has no {', '.join(sorted(wanted))} score: cannot show it is not worse")
+        failed = True
     reasons.extend(regressions)
     return failed or bool(regressions)
 
