@@ -194,14 +194,15 @@ def test_gate_refuses_a_candidate_worse_than_its_base_on_a_real_store(tracking_u
 
 def test_promote_and_rollback_cli_find_the_params_files_store(tmp_path: Path, tracking_uri: str,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """The store named in a params file lies in that file's project, wherever the command runs; a store
-    that does not exist is an error, not a new empty one."""
+    """The store (and a relative promote.lock_file) named in a params file lie in that file's project,
+    wherever the command runs; a store that does not exist is an error, not a new empty one."""
     from xdistill.cli.main import main
 
     refs = {"student-untrained": Scores(0.40, {"de": 0.40}), "teacher": Scores(0.9, {"en": 0.8})}
     version = cheap_version(tracking_uri, 0.50, {"en": 0.8, "de": 0.50}, references=refs)
     params = tmp_path / "params.yaml"  # the store is tmp_path/mlflow.db, the default relative URI
-    params.write_text(yaml.safe_dump({"register": {"model_name": MODEL_NAME}}))
+    params.write_text(yaml.safe_dump({"register": {"model_name": MODEL_NAME},
+                                      "promote": {"lock_file": "locks/promote.lock"}}))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -210,6 +211,7 @@ def test_promote_and_rollback_cli_find_the_params_files_store(tmp_path: Path, tr
     for candidate in (version, better):
         assert main(["promote", "--params", str(params), "--version", candidate]) == 0
     assert _alias(tracking_uri) == better and not list(elsewhere.iterdir())
+    assert (tmp_path / "locks" / "promote.lock").is_file()
     (elsewhere / "params.yaml").write_text(yaml.safe_dump({"register": {"model_name": MODEL_NAME}}))
     assert main(["rollback", "--params", "params.yaml"]) == 2
     assert not (elsewhere / "mlflow.db").exists()

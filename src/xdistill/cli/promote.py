@@ -31,7 +31,8 @@ def registry_settings(params: str, tracking_uri: str | None, model_name: str | N
     """(tracking URI, model name, promote section) from params.yaml and the flags.
 
     A relative store named in the params file (or the default one) lies in that file's project, as for
-    ``register``; one given with ``--tracking-uri`` is relative to the current folder. A local store that
+    ``register``; one given with ``--tracking-uri`` is relative to the current folder. So is a relative
+    ``promote.lock_file``, so every promoter of the project holds the same lock. A local store that
     does not exist is an error: promoting in an empty store made on the spot would only say "no versions".
     """
     from xdistill.registry.store import local_store_path, registry_root, resolve_tracking_uri
@@ -47,7 +48,10 @@ def registry_settings(params: str, tracking_uri: str | None, model_name: str | N
         raise XdistillError(f"no MLflow store at {store}: register a student first (the register stage) "
                             "or point --tracking-uri / register.tracking_uri at the store")
     model_name = model_name or register.get("model_name") or "xdistill-student"
-    return tracking_uri, model_name, dict(all_params.get("promote") or {})
+    section = dict(all_params.get("promote") or {})
+    if section.get("lock_file"):  # like the store, a relative lock file lies in the params file's project
+        section["lock_file"] = str(registry_root(Path(params).parent) / section["lock_file"])
+    return tracking_uri, model_name, section
 
 
 @click.command()
