@@ -100,6 +100,25 @@ def test_train_names_a_missing_student(models: dict | None, problem: str, tmp_pa
     assert f"error: {params}: {problem}" in error_line(capsys)
 
 
+@pytest.mark.parametrize(("flag", "problem"), [("--dev-mining", "no dev mining file"),
+                                              ("--dev-sts", "no stsb-multi-mt folder")])
+def test_train_names_a_missing_dev_input(flag: str, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dev input named but absent is an error (it used to warn and select checkpoints without it)."""
+    monkeypatch.chdir(tmp_path)  # every default output path of `train` lands here, never in the project
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({"languages": ["de"], "models": {"teacher": MODEL, "student": MODEL},
+                                      "train": {}}))
+    present = {"--dev-mining": tmp_path / "dev_mining.tsv.gz", "--dev-sts": tmp_path / "stsb"}
+    present["--dev-mining"].write_bytes(b"")
+    present["--dev-sts"].mkdir()
+    missing = tmp_path / "absent"
+    args = {name: str(missing if name == flag else path) for name, path in present.items()}
+    assert main(["train", "--params", str(params), *[item for pair in args.items() for item in pair]]) == 2
+    assert f"error: {missing}: {problem}" in error_line(capsys)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["dev_mining.tsv.gz", "params.yaml", "stsb"]
+
+
 def test_evaluate_refuses_two_stages_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"languages": ["de"], "models": {"teacher": MODEL}, "evaluate": {}}))

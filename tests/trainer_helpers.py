@@ -103,11 +103,14 @@ def stsb_dir() -> Path:
 
 
 def cli_args(workdir: Path, data: Path, store: Path, params_file: Path) -> list[str]:
-    """``xdistill train`` arguments writing everything under ``workdir``."""
+    """``xdistill train`` arguments reading and writing nothing of the project it runs in: every output
+    under ``workdir``, no dev mining (the project's dev_mining.tsv.gz is not this data's)."""
     return [
         "train", "--params", str(params_file), "--train", str(data / "train.tsv.gz"),
         "--dev", str(data / "dev.tsv.gz"), "--teacher-dir", str(store), "--dev-sts", str(stsb_dir()),
-        "--output", str(workdir / "student"), "--checkpoints", str(workdir / "checkpoints"),
+        "--dev-mining", "",
+        "--output", str(workdir / "student"), "--start-output", str(workdir / "student_start"),
+        "--checkpoints", str(workdir / "checkpoints"),
         "--metrics", str(workdir / "train.json"), "--history", str(workdir / "history.csv"),
         "--plot", str(workdir / "curves.png"), "--device", "cpu",
     ]

@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 @click.option("--train", "train_file", default="data/parallel/train.tsv.gz", show_default=True, help="training pairs")
 @click.option("--dev", "dev_file", default="data/parallel/dev.tsv.gz", show_default=True, help="dev pairs")
 @click.option("--dev-mining", default="data/parallel/dev_mining.tsv.gz", show_default=True,
-              help="dev mining blocks (the parallel stage's; '' or a missing file = pooled dev mining only)")
+              help="dev mining blocks (the parallel stage's; '' = pooled dev mining only)")
 @click.option("--teacher-dir", default="data/teacher", show_default=True, help="teacher embedding store")
 @click.option("--dev-sts", default="data/raw/eval/stsb-multi-mt", show_default=True,
               help="stsb-multi-mt folder whose dev split validates checkpoints ('' = none)")
@@ -47,6 +47,7 @@ def command(params: str, train_file: str, dev_file: str, dev_mining: str, teache
     models = load_params("models", params) or {}
     if not models.get("student"):
         raise XdistillError(f"{params}: models.student is not set (the multilingual model to distil into)")
+    check_dev_inputs(dev_mining, dev_sts)
     outputs = OutputPaths(
         model_dir=Path(output),
         checkpoint_dir=Path(checkpoints),
@@ -68,3 +69,14 @@ def command(params: str, train_file: str, dev_file: str, dev_mining: str, teache
         f", interpolation a={result.interpolation['alpha']:g}" if result.interpolation else "", result.output_dir,
     )
     return 0
+
+
+def check_dev_inputs(dev_mining: str, dev_sts: str) -> None:
+    """Refuse a named dev mining file or STS folder that is not there: checkpoint selection without it
+    would quietly pick a different student. '' turns either off."""
+    if dev_mining and not Path(dev_mining).is_file():
+        raise XdistillError(f"{dev_mining}: no dev mining file (the parallel stage writes it; "
+                            "--dev-mining '' selects checkpoints without dev mining)")
+    if dev_sts and not Path(dev_sts).is_dir():
+        raise XdistillError(f"{dev_sts}: no stsb-multi-mt folder (the corpora stage stages it; "
+                            "--dev-sts '' selects checkpoints without dev STS)")
