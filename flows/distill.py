@@ -414,22 +414,29 @@ def mlflow_run_url(registration: dict[str, Any]) -> str:
 @task(retries=2, retry_delay_seconds=5, task_run_name="prepare-workspace")
 def prepare_workspace(root: str, name: str, workspace_parent: str | None = None) -> str:
     """Clone the project's last commit into a private workspace sharing the project's DVC cache."""
-    log = get_run_logger()
     project = Path(root)
     parent = Path(workspace_parent) if workspace_parent else project.parent
     workspace = parent / f".{project.name}-exp-{name}"
-    if workspace.exists():
-        shutil.rmtree(workspace)
+    if workspace.exists():  # a killed run's workspace: its checkpoints may be all that is left of hours
+        raise ValueError(f"{workspace} exists (left by an interrupted run named '{name}'): start this run under "
+                         f"another experiment name, with resume_from={workspace} to continue its training, "
+                         "or delete the folder")
+    log = get_run_logger()
     if run_checked(["git", "status", "--porcelain", "--untracked-files=no"], project):
         log.warning("%s has uncommitted changes: the run uses the last commit only", project)
     run_checked(["git", "clone", "--quiet", str(project), str(workspace)], parent)
-    cache = run_checked(dvc_cmd("cache", "dir"), project)
-    run_checked(dvc_cmd("cache", "dir", "--local", cache), workspace)
-    # committed outputs come from the shared cache; missing ones come from the run cache or are rebuilt
-    subprocess.run(dvc_cmd("checkout", "--quiet"), cwd=workspace, env=tool_env(), capture_output=True, check=False)
-    if forgotten := forget_unrestorable_lock_entries(workspace):
-        log.info("dvc.lock entries whose outputs this DVC cache lacks (built elsewhere), left to the run cache: %s",
-                 ", ".join(forgotten))
+    try:
+        cache = run_checked(dvc_cmd("cache", "dir"), project)
+        run_checked(dvc_cmd("cache", "dir", "--local", cache), workspace)
+        # committed outputs come from the shared cache; missing ones come from the run cache or are rebuilt
+        subprocess.run(dvc_cmd("checkout", "--quiet"), cwd=workspace, env=tool_env(), capture_output=True,
+                       check=False)
+        if forgotten := forget_unrestorable_lock_entries(workspace):
+            log.info("dvc.lock entries whose outputs this DVC cache lacks (built elsewhere), left to the run cache: "
+                     "%s", ", ".join(forgotten))
+    except BaseException:
+        shutil.rmtree(workspace, ignore_errors=True)  # a half-made clone of this attempt; a retry makes a new one
+        raise
     log.info("workspace %s (commit %s, DVC cache %s)", workspace,
              run_checked(["git", "rev-parse", "--short", "HEAD"], workspace), cache)
     return str(workspace)

@@ -186,6 +186,17 @@ def test_resume_from_copies_an_interrupted_runs_checkpoints_into_the_workspace(t
     with pytest.raises(ValueError, match=r"resume_from: .*data/checkpoints holds no training checkpoint"):
         distill_flows.copy_checkpoints(fresh / "elsewhere", tmp_path / "other")
 
+def test_a_left_over_workspace_is_never_deleted(tmp_path: Path) -> None:
+    """A killed run leaves its workspace (and checkpoints) behind; a new run of the same name must not
+    wipe it, least of all one asked to resume from it."""
+    killed = tmp_path / ".p-exp-a" / "data" / "checkpoints"
+    killed.mkdir(parents=True)
+    (killed / "last.pt").write_bytes(b"hours of training")
+    with pytest.raises(ValueError, match=r"\.p-exp-a exists .*resume_from="):
+        distill_flows.prepare_workspace.fn(str(tmp_path / "p"), "a", str(tmp_path))
+    assert (killed / "last.pt").read_bytes() == b"hours of training"
+
+
 # --- the sweep: the distill flow run twice on a two-stage project -------------------------------
 
 
