@@ -147,3 +147,28 @@ def test_export_never_replaces_the_student(exported, capsys) -> None:
         assert main(["export", str(source), "-o", str(output), "--formats", "onnx"]) == 2
         assert problem in capsys.readouterr().err
     assert sorted(p.name for p in source.iterdir()) == before and (source / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize(("bound", "formats", "problem"), [
+    ("ONNX_INT8_MIN_COSINE", ["onnx", "onnx-int8"], "the onnx-int8 export does not reproduce the student"),
+    # an int8-only export still checks the fp32 graph it was quantised from (then drops it)
+    ("ONNX_FP32_MIN_COSINE", ["onnx-int8"], "the onnx export does not reproduce the student"),
+])
+def test_an_export_below_its_cosine_bound_is_not_written(exported, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         bound: str, formats: list[str], problem: str) -> None:
+    """Each ONNX graph must reproduce the student; the bound is raised past 1 so that the real one fails."""
+    import xdistill.export.writer as writer
+
+    source, _ = exported
+    monkeypatch.setattr(writer, bound, 1.01)
+    with pytest.raises(XdistillError, match=problem):
+        export_student(source, tmp_path / "out", formats)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_int8_only_export_holds_only_the_int8_graph(exported, tmp_path: Path) -> None:
+    source, _ = exported
+    report = export_student(source, tmp_path / "out", ["onnx-int8"])
+    assert sorted(report.min_cosine_to_fp32) == ["onnx-int8"] and report.min_cosine_to_fp32["onnx-int8"] >= 0.98
+    assert sorted(p.name for p in (tmp_path / "out" / "onnx").iterdir()) == [Path(ONNX_FILES["onnx-int8"]).name]
+
