@@ -181,6 +181,24 @@ def test_promotion_gate_and_rollback(tracking_uri: str) -> None:
     )
 
 
+def test_rollback_skips_a_deleted_former_champion(tracking_uri: str) -> None:
+    """A former champion deleted in the MLflow UI is passed over (it used to end in MLflow's traceback)."""
+    v1, v2, v3 = (cheap_version(tracking_uri, score, {"de": score}) for score in (0.50, 0.60, 0.70))
+    for version in (v1, v2, v3):
+        assert promote(MODEL_NAME, version, tracking_uri=tracking_uri, config=GATE).decision == "promoted"
+    client = client_for(tracking_uri)
+    client.delete_model_version(MODEL_NAME, v2)
+    assert rollback(MODEL_NAME, tracking_uri=tracking_uri, config=GATE) == (v3, v1)
+    assert _alias(tracking_uri) == v1 and champion_history(MODEL_NAME, tracking_uri=tracking_uri) == [v1]
+    client.delete_model_version(MODEL_NAME, v3)
+    v4 = cheap_version(tracking_uri, 0.80, {"de": 0.80})
+    assert promote(MODEL_NAME, v4, tracking_uri=tracking_uri, config=GATE).decision == "promoted"
+    client.delete_model_version(MODEL_NAME, v1)
+    with pytest.raises(XdistillError, match=rf"version {v4} is the first champion \(earlier champions {v1} were"):
+        rollback(MODEL_NAME, tracking_uri=tracking_uri, config=GATE)
+    assert _alias(tracking_uri) == v4
+
+
 def test_gate_refuses_a_candidate_worse_than_its_base_on_a_real_store(tracking_uri: str) -> None:
     refs = {"student-untrained": Scores(0.60, {"de": 0.60}), "teacher": Scores(0.2, {"en": 0.8})}
     worse = cheap_version(tracking_uri, 0.58, {"en": 0.85, "de": 0.61}, references=refs)

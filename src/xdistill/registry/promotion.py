@@ -214,10 +214,17 @@ def rollback(
         if current is None:
             raise XdistillError(f"{model_name} has no '{config.alias}' to roll back")
         history = _history(client, model_name)
-        while history and history[-1] == current:
-            history.pop()
+        deleted = []
+        while history and (history[-1] == current or not _version_exists(client, model_name, history[-1])):
+            popped = history.pop()
+            if popped != current:
+                deleted.append(popped)
         if not history:
-            raise XdistillError(f"{model_name}: version {current} is the first champion, nothing to roll back to")
+            gone = f" (earlier champions {', '.join(deleted)} were deleted)" if deleted else ""
+            raise XdistillError(f"{model_name}: version {current} is the first champion{gone}, nothing to roll "
+                                "back to")
+        if deleted:
+            log.warning("%s: skipping deleted former champions %s", model_name, ", ".join(deleted))
         previous = history[-1]
         client.set_registered_model_alias(model_name, config.alias, previous)
         _write_history(client, model_name, history)
@@ -245,6 +252,14 @@ def _get_version(client: Any, model_name: str, version: str) -> Any:
         return client.get_model_version(model_name, version)
     except MlflowException as exc:
         raise XdistillError(f"registered model '{model_name}' has no version {version}") from exc
+
+
+def _version_exists(client: Any, model_name: str, version: str) -> bool:
+    try:
+        _get_version(client, model_name, version)
+    except XdistillError:
+        return False
+    return True
 
 
 def _current_alias(client: Any, model_name: str, alias: str) -> str | None:
