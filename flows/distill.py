@@ -39,6 +39,7 @@ GPU hosts: deploy the whole flow to the ``gpu`` work pool (``distill/gpu`` in pr
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -67,7 +68,7 @@ from pydantic import MISSING, BaseModel, ConfigDict, Field
 from xdistill.data.languages import known_codes
 from xdistill.io import write_text_atomic
 from xdistill.models.sources import PYPI_MODELS, PYPI_PREFIX
-from xdistill.registry.store import REGISTRY_ROOT_ENV
+from xdistill.registry.store import REGISTRY_ROOT_ENV, project_promote_section
 
 MLFLOW_UI_ENV = "XDISTILL_MLFLOW_UI_URL"
 DEFAULT_MLFLOW_UI = "http://127.0.0.1:5000"
@@ -614,7 +615,9 @@ def promote_task(model_name: str, version: str, tracking_uri: str, promote_param
 # ----------------------------------------------------------------------------------------------
 
 
-@flow(name="distill", log_prints=True)
+# persist_result: a sweep member run as a deployment hands its result (experiment, version, promotion)
+# to the sweep through the API; Prefect keeps flow results in memory only by default.
+@flow(name="distill", log_prints=True, persist_result=True)
 def distill(
     languages: list[Language] | MISSING = MISSING,
     teacher: ModelSpec | MISSING = MISSING,
@@ -680,7 +683,8 @@ def distill(
                                   "stages": stages}
         if promote:
             result["promotion"] = promote_task(registration["model_name"], registration["model_version"],
-                                               registration["tracking_uri"], params.get("promote") or {})
+                                               registration["tracking_uri"],
+                                               project_promote_section(params.get("promote"), root))
         log.info("distill run done: %s", json.dumps(result))
         return result
     except BaseException as exc:
@@ -785,16 +789,36 @@ def sweep(
         project: The project checkout (default: XDISTILL_PROJECT_ROOT or the worker's working directory).
     """
     log = get_run_logger()
+    check_members(param_sets)
     shared = {"promote": promote, **({"project": project} if _is_set(project) else {})}
     members = [{**shared, **member} for member in param_sets]
     if _is_set(deployment):
         with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:
             results = list(pool.map(lambda member: _run_member(deployment, member), members))
     else:
-        results = [_member_result(distill(**member, return_state=True), "subflow") for member in members]
+        results = [_run_subflow(member) for member in members]
     create_markdown_artifact(key="sweep", markdown=_sweep_markdown(param_sets, results))
     log.info("sweep of %d parameter sets done", len(results))
     return results
+
+
+def check_members(param_sets: list[dict[str, Any]]) -> None:
+    """Refuse a sweep naming a parameter the distill flow lacks before any member runs (a typo in the
+    third member would otherwise end the sweep after two members' hours)."""
+    known = set(inspect.signature(distill.fn).parameters)
+    for number, member in enumerate(param_sets, 1):
+        if unknown := sorted(set(member) - known):
+            raise ValueError(f"param_sets member {number}: unknown distill parameter(s) {', '.join(unknown)}; "
+                             f"choose from {', '.join(sorted(known))}")
+
+
+def _run_subflow(parameters: dict[str, Any]) -> dict[str, Any]:
+    """One sweep member inside this flow run; an error before its run starts is its result too."""
+    try:
+        state = distill(**parameters, return_state=True)
+    except Exception as exc:  # e.g. a value the parameter's type refuses
+        return {"failed": f"{type(exc).__name__}: {exc}", "flow_run": "subflow"}
+    return _member_result(state, "subflow")
 
 
 def _run_member(deployment: str, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -811,7 +835,8 @@ def _member_result(state: Any, flow_run_id: str) -> dict[str, Any]:
         return {"failed": state.message if state else "no state", "flow_run": flow_run_id}
     try:
         return state.result()
-    except Exception:  # the result was not persisted where this process can read it
+    except Exception as exc:  # the result was not persisted where this process can read it
+        get_run_logger().warning("sweep member %s: its result cannot be read here (%s)", flow_run_id, exc)
         return {"flow_run": flow_run_id, "state": state.name}
 
 

@@ -197,6 +197,12 @@ def test_a_left_over_workspace_is_never_deleted(tmp_path: Path) -> None:
     assert (killed / "last.pt").read_bytes() == b"hours of training"
 
 
+def test_a_sweep_with_an_unknown_parameter_is_refused_before_any_member_runs() -> None:
+    distill_flows.check_members([{"train_steps": 100}, {"experiment": "b", "languages": ["de"]}])
+    with pytest.raises(ValueError, match=r"member 2: unknown distill parameter\(s\) train_step; choose from"):
+        distill_flows.check_members([{"train_steps": 100}, {"train_step": 200}])
+
+
 # --- the sweep: the distill flow run twice on a two-stage project -------------------------------
 
 
@@ -235,6 +241,9 @@ def test_sweep_runs_each_parameter_set_as_its_own_experiment(tmp_path: Path) -> 
     members = [{"train_steps": 300, "experiment": "sweep-a"}, {"train_steps": 200, "experiment": "sweep-b"}]
     with prefect_test_harness(server_startup_timeout=180):
         results = distill_flows.sweep(param_sets=members, project=str(project))
+        # a member run as a deployment hands its result over through the API, as read here
+        from_api = sorted(result["experiment"] for result in _distill_results_from_the_api())
+    assert from_api == ["sweep-a", "sweep-b"]
 
     assert [r["experiment"] for r in results] == ["sweep-a", "sweep-b"]
     for result in results:  # each stage's outcome, in DVC's order: both ran (new steps, a new student)
@@ -252,6 +261,16 @@ def test_sweep_runs_each_parameter_set_as_its_own_experiment(tmp_path: Path) -> 
     assert champion.tags["dvc_experiment"] == "sweep-a"
     assert run(["git", "status", "--porcelain"], project).stdout == ""
     assert yaml.safe_load((project / "params.yaml").read_text())["train"]["steps"] == 100
+
+
+def _distill_results_from_the_api() -> list[dict]:
+    """The results of every distill flow run, read back from the Prefect API (not the process's memory)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["distill"])))
+    return [run.state.result() for run in runs]
 
 
 def _exp_refs(project: Path) -> dict[str, str]:

@@ -35,7 +35,12 @@ def registry_settings(params: str, tracking_uri: str | None, model_name: str | N
     ``promote.lock_file``, so every promoter of the project holds the same lock. A local store that
     does not exist is an error: promoting in an empty store made on the spot would only say "no versions".
     """
-    from xdistill.registry.store import local_store_path, registry_root, resolve_tracking_uri
+    from xdistill.registry.store import (
+        local_store_path,
+        project_promote_section,
+        registry_root,
+        resolve_tracking_uri,
+    )
 
     all_params = load_params(None, params)
     register = all_params.get("register") or {}
@@ -48,10 +53,7 @@ def registry_settings(params: str, tracking_uri: str | None, model_name: str | N
         raise XdistillError(f"no MLflow store at {store}: register a student first (the register stage) "
                             "or point --tracking-uri / register.tracking_uri at the store")
     model_name = model_name or register.get("model_name") or "xdistill-student"
-    section = dict(all_params.get("promote") or {})
-    if section.get("lock_file"):  # like the store, a relative lock file lies in the params file's project
-        section["lock_file"] = str(registry_root(Path(params).parent) / section["lock_file"])
-    return tracking_uri, model_name, section
+    return tracking_uri, model_name, project_promote_section(all_params.get("promote"), Path(params).parent)
 
 
 @click.command()

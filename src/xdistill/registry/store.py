@@ -110,6 +110,16 @@ def promotion_lock_path(tracking_uri: str, lock_file: str | None = None) -> Path
     return registry_root() / ".xdistill-promote.lock"
 
 
+def project_promote_section(section: Mapping[str, Any] | None, project: str | Path) -> dict[str, Any]:
+    """The ``promote`` section with a relative ``lock_file`` placed under the project's registry root
+    (:func:`registry_root`, where a relative store lies too), so that ``xdistill promote`` and the flows
+    of one project hold the same lock wherever they run."""
+    section = dict(section or {})
+    if section.get("lock_file"):
+        section["lock_file"] = str(registry_root(project) / section["lock_file"])
+    return section
+
+
 @contextlib.contextmanager
 def promotion_lock(tracking_uri: str, lock_file: str | None = None) -> Iterator[Path]:
     """Hold the promotion lock of ``tracking_uri`` (an OS-level file lock, released on crash)."""
