@@ -164,3 +164,23 @@ def test_npy_shards_roundtrip_and_sharded_mining_equals_in_memory(tmp_path):
     (tmp_path / "junk.npy").write_bytes(b"not an npy")
     with pytest.raises(InputFileError, match="not a readable .npy"):
         NpyRows(tmp_path / "junk.npy")
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "src.npy").read_bytes()[:-4 * 16 * 4])  # four rows short
+    with pytest.raises(InputFileError, match=r"cut.npy: truncated: its header promises 1000 x 16 float32"):
+        NpyRows(tmp_path / "cut.npy")
+
+
+@pytest.mark.parametrize(("rows", "train_rows", "sampled"), [(10, 6, 5), (12, 6, 6), (5, 6, 5), (399, 200, 200)])
+def test_the_ivf_training_sample_stays_within_train_rows(tmp_path, monkeypatch, rows: int, train_rows: int,
+                                                         sampled: int) -> None:
+    import xdistill.mining.stream as stream
+
+    write_npy_shards(iter([np.eye(rows, 8, dtype=np.float32)]), rows, tmp_path / "corpus.npy")
+    seen = []
+
+    def record(sample, **_):
+        seen.append(len(sample))
+        raise StopIteration  # the sample is all this test needs
+    monkeypatch.setattr(stream, "build_index", record)
+    with pytest.raises(StopIteration):
+        stream._ivf_from_shards(NpyRows(tmp_path / "corpus.npy"), 4, None, 1, train_rows)
+    assert seen == [sampled]

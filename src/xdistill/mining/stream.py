@@ -170,6 +170,10 @@ class NpyRows:
         if len(shape) != 2 or fortran or dtype != np.float32:
             raise InputFileError(self.path, f"expected a C-order float32 matrix, found shape {shape} dtype {dtype}")
         self.shape: tuple[int, int] = shape
+        expected = self.data_offset + shape[0] * shape[1] * 4
+        if (size := self.path.stat().st_size) < expected:  # a cut-off copy: reads would quietly return fewer rows
+            raise InputFileError(self.path, f"truncated: its header promises {shape[0]} x {shape[1]} float32 "
+                                            f"({expected} bytes), the file has {size}")
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -293,7 +297,7 @@ def sharded_knn(queries: NpyRows, corpus: NpyRows, k: int, *, shard_rows: int = 
 
 def _ivf_from_shards(corpus: NpyRows, shard_rows: int, nlist: int | None, nprobe: int, train_rows: int) -> faiss.Index:
     """An IVF inner-product index trained on a spread sample of the corpus, filled by shards."""
-    step = max(1, len(corpus) // train_rows)
+    step = max(1, -(-len(corpus) // train_rows))  # rounded up: the sample stays within train_rows
     sample = np.concatenate([block[(-start) % step::step] for start, block in corpus.shards(shard_rows)])
     if nlist is None:
         nlist = max(1, min(int(4 * np.sqrt(len(corpus))), len(sample) // 39))
