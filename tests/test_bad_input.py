@@ -171,3 +171,22 @@ def test_parallel_names_a_bad_source_file(content: bytes, problem: str, tmp_path
                  "--plot", str(tmp_path / "p.png")]) == 2
     assert error_line(capsys).startswith(f"error: {source}{problem}")
     assert not (tmp_path / "parallel" / "train.tsv.gz").exists()
+
+
+@pytest.mark.parametrize(("files", "problem"), [
+    ({"teacher.json": b"\xff\xfe{}"}, "teacher.json: not UTF-8 text"),
+    ({"teacher.json": b'{"benchmarks": {"sts17": {"scores": [1, 2]}}}'},
+     "teacher.json: benchmarks.sts17: expected a mapping with a 'scores' mapping"),
+    ({"teacher.json": b'{"benchmarks": []}'}, "teacher.json: not a baseline result"),
+    ({"a.json": b'{"label": "teacher", "benchmarks": {}}', "b.json": b'{"label": "teacher", "benchmarks": {}}'},
+     "b.json: label 'teacher' is also"),
+])
+def test_baselines_that_cannot_be_reported_are_refused_up_front(files: dict[str, bytes], problem: str,
+                                                               tmp_path: Path) -> None:
+    from xdistill.errors import XdistillError
+    from xdistill.evaluation.pipeline import load_baselines
+
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    with pytest.raises(XdistillError, match=problem.replace("(", r"\(")):
+        load_baselines(tmp_path)

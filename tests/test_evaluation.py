@@ -242,6 +242,23 @@ def test_settings_reject_unknown_keys():
         EvaluationSettings.from_params({"tatoeba_max": 5}, ["de"])
     with pytest.raises(XdistillError, match="benchmarks"):
         EvaluationSettings.from_params({"benchmarks": ["sts18"]}, ["de"])
+    for key, value in (("tatoeba_max_pairs", -1), ("dev_max_pairs", 0), ("stsb_max_pairs", 1), ("sts17_max_pairs", 0)):
+        with pytest.raises(XdistillError, match=rf"params evaluate.{key} must be null \(every pair\) or >="):
+            EvaluationSettings.from_params({key: value}, ["de"])
+
+
+def test_teacher_space_alone_still_reads_the_dev_pairs(tmp_path: Path, mirror_dir: Path):
+    """The teacher-space benchmark scores dev pairs too; without the dev group they were dropped."""
+    from xdistill.evaluation.pipeline import prepared_inputs
+
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "eval").symlink_to(mirror_dir / "eval", target_is_directory=True)
+    dev = tmp_path / "dev.tsv.gz"
+    dev.write_bytes(b"")
+    for benchmarks, expected in ((["teacher_space"], dev), (["tatoeba"], None)):
+        settings = EvaluationSettings.from_params({"benchmarks": benchmarks, "mining_flores": False}, ["de"])
+        with prepared_inputs(tmp_path / "raw", settings, dev) as inputs:
+            assert inputs.dev_path == expected
 
 
 def test_tatoeba_language_selection(mirror_dir: Path):

@@ -200,3 +200,18 @@ def test_fit_learns_a_nonlinear_map() -> None:
     with torch.no_grad():
         mse_adapter = float(torch.mean((adapter(x[1000:]) - y[1000:]) ** 2))
     assert mse_adapter < 0.6 * float(torch.mean((affine - y[1000:]) ** 2)), report
+
+
+@pytest.mark.parametrize(("config", "weights"), [
+    ({"dim_in": 4, "dim_out": 4, "hidden": 8}, b"\xff" * 64),  # safetensors' own error type
+    ({"dim_in": None, "dim_out": 4, "hidden": 8}, b""),  # int(None): a TypeError
+])
+def test_a_damaged_adapter_is_named_not_a_traceback(tmp_path: Path, config: dict, weights: bytes) -> None:
+    from xdistill.models.teacher_adapter import CONFIG_FILE, WEIGHTS_FILE, adapter_dir, load_adapter
+
+    folder = adapter_dir(tmp_path)
+    folder.mkdir()
+    (folder / CONFIG_FILE).write_text(json.dumps(config), encoding="utf-8")
+    (folder / WEIGHTS_FILE).write_bytes(weights)
+    with pytest.raises(XdistillError, match="not a readable teacher-space adapter"):
+        load_adapter(tmp_path)

@@ -60,7 +60,7 @@ def prepared_inputs(raw_dir: str | Path, settings: EvaluationSettings, dev_path:
     if not eval_dir.is_dir():
         raise XdistillError(f"{eval_dir}: evaluation data folder not found (run the `corpora` stage first)")
     dev = None
-    if "dev" in settings.benchmarks and dev_path is not None:
+    if ({"dev", "teacher_space"} & set(settings.benchmarks)) and dev_path is not None:  # both score dev pairs
         dev = Path(dev_path)
         if not dev.is_file():
             raise InputFileError(dev, "held-out dev file not found (run the `parallel` stage first)")
@@ -114,16 +114,30 @@ def load_baselines(baselines_dir: str | Path) -> dict[str, dict[str, Any]]:
     folder = Path(baselines_dir)
     if not folder.is_dir():
         raise XdistillError(f"{folder}: baselines folder not found (run `xdistill evaluate --baselines` first)")
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
+    files: dict[str, Path] = {}
     for path in sorted(folder.glob("*.json")):
         try:
             result = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise InputFileError(path, f"invalid JSON: {exc.msg}", exc.lineno) from None
-        if not isinstance(result, dict) or "benchmarks" not in result:
-            raise InputFileError(path, "not a baseline result (no 'benchmarks' key)")
-        results[result.get("label", path.stem)] = result
+        except UnicodeDecodeError:
+            raise InputFileError(path, "not UTF-8 text") from None
+        check_baseline(path, result)
+        label = result.get("label", path.stem)
+        if label in files:
+            raise InputFileError(path, f"label '{label}' is also {files[label]}'s: one file a baseline")
+        results[label], files[label] = result, path
     return results
+
+
+def check_baseline(path: Path, result: Any) -> None:
+    """Refuse a file shaped unlike :func:`run_baselines`' output before minutes of evaluation, not after."""
+    if not isinstance(result, dict) or not isinstance(result.get("benchmarks"), dict):
+        raise InputFileError(path, "not a baseline result (no 'benchmarks' mapping)")
+    for name, benchmark in result["benchmarks"].items():
+        if not isinstance(benchmark, dict) or not isinstance(benchmark.get("scores", {}), dict):
+            raise InputFileError(path, f"benchmarks.{name}: expected a mapping with a 'scores' mapping")
 
 
 def ordered(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -45,8 +45,9 @@ PRIMARY_SCORE_DEFINITION = (
     "(Spearman x100 over the six headline tracks, 4b excluded) and the STSb average (mean of its monolingual and "
     "cross-lingual averages); retrieval = the Tatoeba average (accuracy %, both directions, configured languages); "
     "mining = the FLORES BUCC-style mining F1 (mean over languages and constructions). A task a run did not "
-    "measure drops out of the mean. Teacher-space compatibility is reported beside it, not inside: models that do "
-    "not share the teacher's space (mUSE, the untrained student) have no such score."
+    "measure drops out of the mean. Teacher-space compatibility is reported beside it, not inside: mUSE (another "
+    "width) has no such score; the untrained student, when as wide as the teacher, is scored and lies near chance "
+    "(it was never in the teacher's space)."
 )
 PER_LANGUAGE_DEFINITION = (
     "per_language[xx] = mean of the available scores among: Tatoeba average accuracy for xx, and the "

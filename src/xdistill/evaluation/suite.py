@@ -32,6 +32,11 @@ from xdistill.evaluation.encoding import CachedEncoder
 logger = logging.getLogger(__name__)
 
 
+# The fewest pairs a capped set can be scored on: a Spearman correlation needs two, a retrieval one;
+# a negative cap would slice from the end.
+MAX_PAIRS_LEAST = {"sts17_max_pairs": 2, "stsb_max_pairs": 2, "tatoeba_max_pairs": 1, "dev_max_pairs": 1}
+
+
 @dataclass
 class EvaluationSettings:
     """The ``evaluate`` section of params.yaml plus the shared ``languages`` list."""
@@ -69,6 +74,10 @@ class EvaluationSettings:
                                 f"choose from {', '.join(BENCHMARK_GROUPS)}")
         if self.mining_repeats < 1:
             raise XdistillError(f"params evaluate.mining_repeats must be >= 1, got {self.mining_repeats}")
+        for name, least in MAX_PAIRS_LEAST.items():
+            value = getattr(self, name)
+            if value is not None and value < least:
+                raise XdistillError(f"params evaluate.{name} must be null (every pair) or >= {least}, got {value}")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -85,6 +85,7 @@ def has_adapter(student_dir: str | Path) -> bool:
 
 def load_adapter(student_dir: str | Path) -> tuple[TeacherSpaceAdapter, dict[str, Any]]:
     """The adapter saved in ``student_dir`` and its config; a clear error where there is none."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     folder = adapter_dir(student_dir)
@@ -97,7 +98,7 @@ def load_adapter(student_dir: str | Path) -> tuple[TeacherSpaceAdapter, dict[str
         adapter = TeacherSpaceAdapter(int(config["dim_in"]), int(config["dim_out"]), int(config["hidden"]),
                                       str(config.get("teacher", "")))
         adapter.load_state_dict(load_file(str(folder / WEIGHTS_FILE)))
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as exc:
         raise XdistillError(f"{folder}: not a readable teacher-space adapter ({exc})") from exc
     return adapter.eval(), config
 
