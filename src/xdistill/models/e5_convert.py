@@ -24,6 +24,7 @@ import numpy as np
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import atomic_path, write_json_atomic
 from xdistill.models.cache import build_lock, model_cache_dir
+from xdistill.models.file_hashes import file_hashes
 from xdistill.models.e5_bin import E5Bin, read_e5_bin, tensor_values
 from xdistill.models.packages import missing_package_error
 
@@ -171,11 +172,13 @@ def default_e5_tokenizer() -> Path:
 
 
 def _source_record(bin_path: Path, tokenizer_path: Path) -> dict:
-    """What the cached folder was built from; a mismatch means the cache is stale."""
+    """What the cached folder was built from; a mismatch means the cache is stale. The contents' SHA-256
+    count, not the sizes alone: a re-quantised bin of the same layout has the same size."""
+    bin_hash, tokenizer_hash = file_hashes([bin_path, tokenizer_path])
     return {
         "converter_version": CONVERTER_VERSION,
-        "bin": {"name": bin_path.name, "size": bin_path.stat().st_size},
-        "tokenizer": {"name": tokenizer_path.name, "size": tokenizer_path.stat().st_size},
+        "bin": {"name": bin_path.name, "size": bin_path.stat().st_size, "sha256": bin_hash},
+        "tokenizer": {"name": tokenizer_path.name, "size": tokenizer_path.stat().st_size, "sha256": tokenizer_hash},
     }
 
 

@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import atomic_path, write_json_atomic
 from xdistill.models.cache import build_lock, model_cache_dir
+from xdistill.models.file_hashes import file_hashes
 from xdistill.models.packages import MPNET_PART_PACKAGES, missing_package_error
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,9 @@ def mpnet_part_files() -> list[Path]:
 
 
 def _source_record(parts: list[Path]) -> dict:
-    return {"parts": [{"name": p.name, "size": p.stat().st_size} for p in parts]}
+    """What the cached folder was built from (contents' SHA-256 too); a mismatch means the cache is stale."""
+    return {"parts": [{"name": p.name, "size": p.stat().st_size, "sha256": digest}
+                      for p, digest in zip(parts, file_hashes(parts), strict=True)]}
 
 
 def _cache_is_current(folder: Path, record: dict) -> bool:
