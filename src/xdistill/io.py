@@ -23,6 +23,15 @@ from xdistill.errors import InputFileError, XdistillError
 PARAMS_FILE = "params.yaml"
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
 @contextlib.contextmanager
 def atomic_path(final: str | Path, *, is_dir: bool = False) -> Iterator[Path]:
     """Yield a temporary path next to ``final``; move it onto ``final`` only on success.
@@ -41,6 +50,8 @@ def atomic_path(final: str | Path, *, is_dir: bool = False) -> Iterator[Path]:
         tmp = Path(name)
     try:
         yield tmp
+        # mkdtemp/mkstemp make private 0700/0600 paths; the result gets what open()/mkdir() would give
+        tmp.chmod((0o777 if is_dir else 0o666) & ~_UMASK)
         if is_dir:
             if final.exists():
                 old = final.with_name(f".{final.name}.old-{os.getpid()}")
