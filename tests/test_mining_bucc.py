@@ -138,22 +138,26 @@ def minilm():
     return load_encoder("pypi:all-minilm-l6-v2", device="cpu")
 
 
-def test_evaluate_bitext_mining_finds_hidden_copies(minilm, tmp_path):
-    """A tiny benchmark whose 'xx' side holds exact copies of the gold English sentences:
-    a working pipeline must find all of them and nothing else (F1 1.0 on train and test)."""
+def write_hidden_copies(folder: Path, splits: tuple[str, str] = ("train", "test")) -> None:
+    """A tiny benchmark whose 'xx' side holds exact copies of the gold English sentences."""
     fillers_xx = ["Bananas are rich in potassium.", "The train leaves at noon.", "He plays the violin.",
                   "Volcanoes can erupt without warning.", "My grandmother knits scarves."]
     fillers_en = ["Quantum computers use qubits.", "The museum opens on Sundays.", "Rain fell all night.",
                   "Penguins live in the southern hemisphere.", "She painted the fence blue."]
-    gold_sentences = {"train": ["The cat sleeps on the sofa.", "Stock markets fell sharply today."],
-                      "test": ["A new bridge was built over the river.", "Children love chocolate cake."]}
+    gold_sentences = {splits[0]: ["The cat sleeps on the sofa.", "Stock markets fell sharply today."],
+                      splits[1]: ["A new bridge was built over the river.", "Children love chocolate cake."]}
     for split, gold in gold_sentences.items():
         xx = [*gold, *fillers_xx]
         en = [*fillers_en, *gold]
-        write_bucc(tmp_path, "xx", split,
+        write_bucc(folder, "xx", split,
                    "".join(f"x{i}\t{s}\n" for i, s in enumerate(xx)),
                    "".join(f"e{i}\t{s}\n" for i, s in enumerate(en)),
                    "".join(f"x{i}\te{len(fillers_en) + i}\n" for i in range(len(gold))))
+
+
+def test_evaluate_bitext_mining_finds_hidden_copies(minilm, tmp_path):
+    """A working pipeline must find every hidden copy and nothing else (F1 1.0 on train and test)."""
+    write_hidden_copies(tmp_path)
     result = evaluate_bitext_mining(minilm, tmp_path, ["xx", "yy"], k=2, batch_size=8)
     metrics = result["languages"]["xx"]
     assert (metrics["precision"], metrics["recall"], metrics["f1"]) == (1.0, 1.0, 1.0)
@@ -162,3 +166,26 @@ def test_evaluate_bitext_mining_finds_hidden_copies(minilm, tmp_path):
     assert "missing file" in result["skipped"]["yy"]
     assert result["settings"] == {"k": 2, "margin": "ratio", "retrieval": "max", "tune_split": "train",
                                   "test_split": "test"}
+
+
+def test_the_official_release_tunes_on_sample_and_scores_training(minilm, tmp_path):
+    """BUCC 2017/2018 as released: {xx}-en.sample.* and {xx}-en.training.* (no public test gold)."""
+    write_hidden_copies(tmp_path, ("sample", "training"))
+    result = evaluate_bitext_mining(minilm, tmp_path, ["xx"], k=2, batch_size=8)
+    assert result["languages"]["xx"]["f1"] == 1.0 and result["skipped"] == {}
+    assert (result["settings"]["tune_split"], result["settings"]["test_split"]) == ("sample", "training")
+
+
+def test_a_bucc_dir_without_files_of_the_languages_is_an_error(tmp_path, mirror_dir):
+    from xdistill.errors import XdistillError
+    from xdistill.evaluation.base import EvaluationContext
+    from xdistill.evaluation.benchmarks import MiningEvaluator
+    from xdistill.evaluation.suite import EvaluationInputs, EvaluationSettings
+
+    write_hidden_copies(tmp_path, ("sample", "training"))  # "xx" only, the run asks for de
+    settings = EvaluationSettings.from_params({"benchmarks": ["mining"]}, ["de"])
+    context = EvaluationContext(settings, EvaluationInputs(eval_dir=mirror_dir / "eval", bucc_dir=tmp_path))
+    with pytest.raises(XdistillError, match=r"evaluate.bucc_dir holds no BUCC files of the configured languages "
+                                            r"\(de: missing file"):
+        MiningEvaluator()(None, context)
+

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from xdistill.errors import XdistillError
 from xdistill.evaluation.base import BenchmarkResult, EvaluationContext, Evaluator
 from xdistill.evaluation.bias import language_bias
 from xdistill.evaluation.dev import dev_pairs_by_language, evaluate_dev
@@ -152,6 +153,10 @@ class MiningEvaluator(Evaluator):
             results["mining_flores"] = self._mine(model, context, list(inputs.flores_mining_dirs))
         if inputs.bucc_dir is not None:
             results["mining_bucc"] = self._mine(model, context, [inputs.bucc_dir])
+            if not results["mining_bucc"].info["details"]:  # a folder set by hand that scores nothing is a mistake
+                reasons = "; ".join(f"{lang}: {why}" for lang, why in results["mining_bucc"].info["skipped"].items())
+                raise XdistillError(f"{inputs.bucc_dir}: evaluate.bucc_dir holds no BUCC files of the configured "
+                                    f"languages ({reasons})")
         return results
 
     @staticmethod

@@ -1,13 +1,18 @@
 """BUCC 2017/2018 bitext-mining evaluation: file reader, threshold tuning, precision/recall/F1.
 
-Official layout (one folder, ``xx`` a language code, ``split`` ``train``/``sample``/``test``)::
+Layout (one folder, ``xx`` a language code)::
 
     {xx}-en.{split}.{xx}    id<TAB>sentence   (non-English side)
     {xx}-en.{split}.en      id<TAB>sentence   (English side)
     {xx}-en.{split}.gold    xx_id<TAB>en_id   (the parallel pairs)
 
+Splits: the FLORES-built benchmark (:mod:`xdistill.mining.flores`) writes ``train`` and ``test``;
+the official BUCC 2017/2018 release ships ``sample`` and ``training`` with gold (its ``test`` gold
+is not public), so there the threshold is tuned on ``sample`` and ``training`` is scored, as
+XTREME does.
+
 Protocol (LASER): mine candidates xx->en with margin scoring, choose the score threshold that
-maximises F1 on the train split, apply it to the test split and report precision, recall, F1.
+maximises F1 on the tuning split, apply it to the scored split and report precision, recall, F1.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 TUNE_SPLIT = "train"
 TEST_SPLIT = "test"
+# (tuning split, scored split) of each layout, tried in order: the FLORES-built one, the official release
+SPLIT_LAYOUTS = ((TUNE_SPLIT, TEST_SPLIT), ("sample", "training"))
 
 
 @dataclass(frozen=True)
@@ -147,15 +154,19 @@ def evaluate_bitext_mining(
         raise XdistillError(f"{benchmark_dir}: bitext-mining benchmark folder not found")
     per_language: dict[str, dict[str, float]] = {}
     skipped: dict[str, str] = {}
+    layouts = set()
     for language in languages:
-        missing = [str(p) for split in (TUNE_SPLIT, TEST_SPLIT)
-                   for p in bucc_paths(benchmark_dir, language, split).values() if not p.is_file()]
-        if missing:
-            skipped[language] = f"missing file(s): {', '.join(missing)}"
+        layout = split_layout(benchmark_dir, language)
+        if layout is None:
+            missing = [str(p) for split in SPLIT_LAYOUTS[0] for p in bucc_paths(benchmark_dir, language, split).values()
+                       if not p.is_file()]
+            skipped[language] = (f"missing file(s): {', '.join(missing)} (or the official release's "
+                                 f"{language}-en.sample.* and {language}-en.training.*)")
             logger.warning("bitext mining: skipping %s (%s)", language, skipped[language])
             continue
+        layouts.add(layout)
         runs = []
-        for split_name in (TUNE_SPLIT, TEST_SPLIT):
+        for split_name in layout:
             split = read_bucc_split(benchmark_dir, language, split_name)
             runs.append((mine_split(encoder, split, k=k, margin=margin, retrieval=retrieval,
                                     batch_size=batch_size), split))
@@ -164,6 +175,16 @@ def evaluate_bitext_mining(
                     per_language[language]["precision"], per_language[language]["recall"])
     average = {name: float(np.mean([m[name] for m in per_language.values()])) if per_language else float("nan")
                for name in ("precision", "recall", "f1")}
+    if len(layouts) > 1:
+        raise XdistillError(f"{benchmark_dir}: mixes split layouts {sorted(layouts)}; one benchmark, one layout")
+    tune, test = layouts.pop() if layouts else SPLIT_LAYOUTS[0]
     return {"languages": per_language, "average": average, "skipped": skipped,
-            "settings": {"k": k, "margin": margin, "retrieval": retrieval, "tune_split": TUNE_SPLIT,
-                         "test_split": TEST_SPLIT}}
+            "settings": {"k": k, "margin": margin, "retrieval": retrieval, "tune_split": tune, "test_split": test}}
+
+
+def split_layout(folder: Path, language: str) -> tuple[str, str] | None:
+    """The (tuning, scored) splits whose six files ``folder`` holds for ``language``; None without."""
+    for layout in SPLIT_LAYOUTS:
+        if all(path.is_file() for split in layout for path in bucc_paths(folder, language, split).values()):
+            return layout
+    return None
