@@ -142,6 +142,10 @@ def test_dvc_exp_run_output_is_read_stage_by_stage(tmp_path: Path) -> None:
     assert distill_flows.stage_error(found["third"]) == "error: it broke"
     assert any("Reproducing experiment 'e1'" in line for line in preamble)
 
+    found, _, returncode = sections("e2")  # nothing changed: DVC skips what ran, the broken stage runs again
+    assert list(found) == ["first", "second", "third"] and returncode != 0
+    assert [found[stage][0].startswith("Stage ") for stage in found] == [True, True, False], found
+
 
 def test_outputs_a_lock_names_but_this_cache_lacks_come_from_the_run_cache(tmp_path: Path) -> None:
     """A dvc.lock committed from another machine names outputs this DVC cache lacks: DVC reruns such a
@@ -261,6 +265,28 @@ def test_sweep_runs_each_parameter_set_as_its_own_experiment(tmp_path: Path) -> 
     assert champion.tags["dvc_experiment"] == "sweep-a"
     assert run(["git", "status", "--porcelain"], project).stdout == ""
     assert yaml.safe_load((project / "params.yaml").read_text())["train"]["steps"] == 100
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_run_failing_after_registration_takes_its_model_version_back(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """register ran, then the experiment could not be saved: no model version may outlive the run."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows_helpers import make_mini_project
+
+    project = make_mini_project(tmp_path / "mini")
+
+    def unsavable(*_args, **_kwargs):
+        raise RuntimeError("dvc exp push: the disk is full")
+    monkeypatch.setattr(distill_flows, "push_experiment", unsavable)
+    with prefect_test_harness(server_startup_timeout=180), pytest.raises(RuntimeError, match="disk is full"):
+        distill_flows.distill(train_steps=300, experiment="unsaved", project=str(project))
+    client = client_for(resolve_tracking_uri("sqlite:///mlflow.db", project))
+    assert (project / "mlflow.db").is_file()  # the register stage did register a version
+    assert client.search_model_versions("name = 'xdistill-student'") == []
+    assert run(["git", "status", "--porcelain"], project).stdout == ""
 
 
 def _distill_results_from_the_api() -> list[dict]:
