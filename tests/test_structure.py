@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from import_graph import ImportGraph
 
 from xdistill.cli.main import COMMANDS
+from xdistill.imports import ImportGraph
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SRC = REPO_ROOT / "src"
@@ -122,3 +122,20 @@ def test_every_third_party_import_is_declared() -> None:
     undeclared = {module: sorted(files)[:3] for module, files in imported.items()
                   if not {_normalise(d) for d in distributions.get(module, [module])} & declared}
     assert undeclared == {}, f"imported but not declared in pyproject.toml: {undeclared}"
+
+
+def test_code_digest_follows_the_imported_code_only(tmp_path: Path) -> None:
+    """The trainer's checkpoints are keyed by the code they came from (xdistill.imports.code_digest)."""
+    from xdistill.imports import code_digest
+
+    package = tmp_path / "xdistill"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""pkg"""\n')
+    (package / "trainer.py").write_text("from xdistill import losses\n")
+    (package / "losses.py").write_text("SCALE = 20\n")
+    (package / "mining.py").write_text("K = 4\n")
+    before = code_digest("xdistill.trainer", tmp_path)
+    (package / "mining.py").write_text("K = 8\n")  # not imported by the trainer
+    assert code_digest("xdistill.trainer", tmp_path) == before
+    (package / "losses.py").write_text("SCALE = 30\n")
+    assert code_digest("xdistill.trainer", tmp_path) != before

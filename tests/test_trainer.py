@@ -27,6 +27,7 @@ from tests.trainer_helpers import (
     minilm_folder,
     mirror_dir,
     run_cli,
+    stsb_dir,
     tiny_train_params,
     write_parallel_files,
     write_params,
@@ -297,6 +298,27 @@ def test_sigkilled_run_resumes_to_identical_weights(setup: dict[str, Path], refe
         assert torch.equal(tensor, weights[name]), name
     reference_metrics = json.loads((reference_run / "train.json").read_text())
     assert metrics["best"] == reference_metrics["best"]
+
+
+def test_a_finished_runs_checkpoints_are_not_reused_for_other_dev_data(setup: dict[str, Path],
+                                                                        reference_run: Path) -> None:
+    """A finished run's last.pt is the result `dvc repro` keeps (persisted checkpoints): with other STS dev
+    data (or code, or student weights: the same key) the run must train again, not re-export it."""
+    workdir = setup["root"] / "other-dev"
+    shutil.copytree(reference_run / "checkpoints", workdir / "checkpoints")
+    dev_sts = workdir / "stsb"
+    (dev_sts / "data").mkdir(parents=True)
+    for path in (stsb_dir() / "data").glob("*-dev.csv"):
+        shutil.copyfile(path, dev_sts / "data" / path.name)
+    english = dev_sts / "data" / "stsb-en-dev.csv"
+    text = english.read_text(encoding="utf-8")
+    assert text.startswith("A man with a hard hat")
+    english.write_text(text.replace("A man", "A woman", 1), encoding="utf-8")
+    args = cli_args(workdir, setup["data"], setup["store"], setup["params"])
+    args[args.index("--dev-sts") + 1] = str(dev_sts)
+    proc = run_cli(args, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads((workdir / "train.json").read_text())["resumed_from_step"] is None  # trained afresh
 
 
 def test_checkpoints_moved_to_another_folder_resume_there(setup: dict[str, Path], reference_run: Path) -> None:

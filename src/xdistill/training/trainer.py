@@ -50,6 +50,7 @@ from xdistill.training.validation import (
     is_better,
     load_mining_blocks,
     load_sts_dev,
+    sts_dev_digests,
     validate,
 )
 
@@ -208,7 +209,8 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
              outputs: OutputPaths, teacher_spec: str | None, ctx: DistContext, dev_sts_dir: str | Path | None,
              runtime: RuntimeSettings, dev_mining_file: str | Path | None = None) -> _Run:
     """Load data, teacher vectors and the student; tokenise everything once."""
-    from xdistill.models import default_prompt
+    from xdistill.imports import code_digest
+    from xdistill.models import default_prompt, model_fingerprint
     from xdistill.training.teacher_store import TeacherStore
 
     if runtime.threads:
@@ -238,13 +240,17 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
     prompt = default_prompt(student)
     objective = build_objective(params.loss, student.get_embedding_dimension(), store.dimension).to(ctx.device)
     sts_languages = sorted(set(dev_pairs.langs) - {""})
+    # everything a checkpoint's weights depend on: a finished run's last.pt is reused as the result
+    # (persisted across `dvc repro`), so new code, new student weights or new dev data must not match it
     fingerprint = ckpt.run_fingerprint({
         "params": params.loop_settings(),
         "student": student_config.as_dict(),
+        "student_weights": model_fingerprint(student_spec),
+        "code": code_digest(__name__),
         "teacher": store.teacher_id,
         "train": ckpt.file_digest(train_file),
         "dev": ckpt.file_digest(dev_file),
-        "dev_sts": [str(dev_sts_dir), sts_languages],
+        "dev_sts": [sts_dev_digests(dev_sts_dir, sts_languages), sts_languages],
         "dev_mining": ckpt.file_digest(dev_mining_file) if dev_mining_file and Path(dev_mining_file).is_file() else None,
         "world_size": ctx.world_size,
     })

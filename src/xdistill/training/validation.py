@@ -114,6 +114,18 @@ def load_sts_dev(stsb_dir: str | Path | None, languages: Sequence[str], tokenize
     ]
 
 
+def sts_dev_digests(stsb_dir: str | Path | None, languages: Sequence[str]) -> dict[str, str]:
+    """A digest of each STS dev file :func:`load_sts_dev` reads, by language: part of the checkpoints' key
+    (other dev data select other checkpoints), independent of where the folder lies."""
+    from xdistill.evaluation.sts import STSB_SPLIT_FILE
+    from xdistill.training.checkpoint import file_digest
+
+    if stsb_dir is None:
+        return {}
+    paths = {lang: Path(stsb_dir) / STSB_SPLIT_FILE.format(lang=lang, split="dev") for lang in {"en", *languages}}
+    return {lang: file_digest(path) for lang, path in sorted(paths.items()) if path.is_file()}
+
+
 @dataclass
 class TokenizedBlock:
     """One language's dev mining block, tokenised: English sources and their translations, in file order."""

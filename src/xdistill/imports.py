@@ -1,5 +1,8 @@
 """The import graph of the xdistill package, read from the source with :mod:`ast` (nothing is imported).
 
+Two users: the structure tests (no import cycles; every DVC stage lists exactly the code it imports)
+and :func:`code_digest`, which keys the trainer's checkpoints by the code that produced them.
+
 Every ``import`` / ``from ... import`` of an ``xdistill`` module counts, at module level or inside a
 function (the package imports heavy modules lazily), except those under ``if TYPE_CHECKING:``, which
 never run. Importing ``xdistill.a.b`` runs ``xdistill/__init__.py`` and ``xdistill/a/__init__.py``
@@ -10,6 +13,7 @@ sub-module ``xdistill.a.b`` when that is a module, and to the package ``xdistill
 from __future__ import annotations
 
 import ast
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -147,3 +151,23 @@ def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
                         break
                 components.append(sorted(component))
     return components
+
+
+def package_src_dir() -> Path:
+    """The folder holding the ``xdistill`` package this process runs (``src/`` of a checkout)."""
+    import xdistill
+
+    return Path(xdistill.__file__).resolve().parent.parent
+
+
+def code_digest(module: str, src_dir: Path | None = None) -> str:
+    """SHA-256 over the source of ``module`` and every xdistill module it imports (paths and bytes):
+    changes whenever code that can change ``module``'s results changes."""
+    graph = ImportGraph(src_dir or package_src_dir())
+    digest = hashlib.sha256()
+    for name in sorted(graph.closure(module)):
+        path = graph.files[name]
+        digest.update(f"{path.relative_to(graph.src_dir).as_posix()}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
