@@ -12,6 +12,7 @@ from torch import nn
 
 from xdistill.errors import XdistillError
 from xdistill.training.losses import (
+    same_source_mask,
     LOSS_NAMES,
     MAX_RANKED_PAIRS,
     DistillationObjective,
@@ -97,6 +98,20 @@ def test_additive_margin_softmax_value():
     assert value.item() == pytest.approx(src_to_tgt + tgt_to_src)
     # sanity of the hand numbers: the margin makes the loss larger than without it
     assert value.item() > additive_margin_softmax_loss(src, tgt, margin=0.0, scale=scale).item()
+
+
+def test_a_pair_repeated_in_the_batch_is_no_negative_of_itself():
+    """Sampling repeats small sources and length bucketing puts the copies together: a copy of the true
+    translation must not count as a wrong answer (it made a perfect student's loss large)."""
+    src = t([[1, 0, 0], [0, 1, 0], [0, 0, 1]])
+    teacher = t([[1, 0, 0], [0, 1, 0], [0, 0, 1]])
+    clean = additive_margin_softmax_loss(src, src, 0.3, 20.0, same_source_mask(teacher))
+    repeated_src, repeated_teacher = torch.cat([src, src[:1]]), torch.cat([teacher, teacher[:1]])
+    assert same_source_mask(repeated_teacher).nonzero().tolist() == [[0, 3], [3, 0]]
+    masked = additive_margin_softmax_loss(repeated_src, repeated_src, 0.3, 20.0, same_source_mask(repeated_teacher))
+    unmasked = additive_margin_softmax_loss(repeated_src, repeated_src, 0.3, 20.0)
+    assert clean.item() < 0.01 and masked.item() < 0.01
+    assert unmasked.item() > 1.0  # what the loss said before: a copy of the answer counted as a wrong one
 
 
 def test_cosent_loss_value_counts_only_pairs_the_teacher_orders():
@@ -217,7 +232,7 @@ def test_objective_any_subset(active: tuple[str, ...]):
         "mse": lambda: mse_distillation_loss(s, g, teacher),
         "feature_distillation": lambda: feature_distillation_loss(objective.projection, s, g, teacher),
         "logit_distillation": lambda: logit_distillation_loss(s, g, teacher, 0.2),
-        "additive_margin_softmax": lambda: additive_margin_softmax_loss(s, g, 0.3, 20.0),
+        "additive_margin_softmax": lambda: additive_margin_softmax_loss(s, g, 0.3, 20.0, same_source_mask(teacher)),
         "similarity_ranking": lambda: similarity_ranking_loss(s, g, teacher, 20.0),
     }
     for name in active:

@@ -88,18 +88,43 @@ def logit_distillation_loss(student_src: Tensor, student_tgt: Tensor, teacher_sr
     return F.mse_loss(student_logits, teacher_logits)
 
 
-def additive_margin_softmax_loss(src: Tensor, tgt: Tensor, margin: float, scale: float) -> Tensor:
+# Teacher vectors this close are one English sentence (the store embeds each text once): a pair repeated
+# in the batch (sampling repeats small sources, length bucketing puts the copies side by side) or one
+# source with translations into several languages.
+SAME_SOURCE_COSINE = 1 - 1e-5
+
+
+def same_source_mask(teacher_src: Tensor) -> Tensor:
+    """``[n, n]``, True off the diagonal where two rows share their English source (their teacher vectors)."""
+    same = cosine_similarity_matrix(teacher_src, teacher_src) >= SAME_SOURCE_COSINE
+    return same & ~torch.eye(len(teacher_src), dtype=torch.bool, device=teacher_src.device)
+
+
+def in_batch_ranking_loss(logits: Tensor, same: Tensor | None = None) -> Tensor:
+    """Cross-entropy with the diagonal as the class, rows and columns (both directions), batch mean.
+
+    ``same`` marks entries that are no negatives (another copy of the same pair): they are left out,
+    instead of teaching the model to push a sentence away from its own translation.
+    """
+    if same is not None:
+        logits = logits.masked_fill(same, float("-inf"))
+    labels = torch.arange(len(logits), device=logits.device)
+    return F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
+
+
+def additive_margin_softmax_loss(src: Tensor, tgt: Tensor, margin: float, scale: float,
+                                 same: Tensor | None = None) -> Tensor:
     """LaBSE's bidirectional in-batch translation ranking with an additive margin.
 
     Logits ``scale * (cos(src_i, tgt_j) - margin * [i == j])``; cross-entropy with the true
-    translation as the class, averaged over the batch, summed over src->tgt and tgt->src.
+    translation as the class, averaged over the batch, summed over src->tgt and tgt->src; pairs
+    marked in ``same`` (:func:`same_source_mask`) are no negatives of each other.
     """
     if src.shape != tgt.shape:
         raise ValueError(f"src {tuple(src.shape)} and tgt {tuple(tgt.shape)} must have the same shape")
     cosines = cosine_similarity_matrix(src, tgt)
     logits = scale * (cosines - margin * torch.eye(len(src), dtype=cosines.dtype, device=cosines.device))
-    labels = torch.arange(len(src), device=src.device)
-    return F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
+    return in_batch_ranking_loss(logits, same)
 
 
 def _upper_pairs(matrix: Tensor) -> Tensor:
@@ -236,7 +261,7 @@ class DistillationObjective(nn.Module):
             )
         if self.config.additive_margin_softmax > 0:
             parts["additive_margin_softmax"] = additive_margin_softmax_loss(
-                student_src, student_tgt, self.config.margin, self.config.scale
+                student_src, student_tgt, self.config.margin, self.config.scale, same_source_mask(teacher_src)
             )
         if self.config.similarity_ranking > 0:
             parts["similarity_ranking"] = similarity_ranking_loss(

@@ -22,6 +22,7 @@ from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.models.teacher_adapter import STUDENT_DIGEST, TeacherSpaceAdapter
 from xdistill.training.batches import Featurizer, TokenizedPairs
+from xdistill.training.losses import in_batch_ranking_loss, same_source_mask
 
 logger = logging.getLogger(__name__)
 
@@ -76,13 +77,12 @@ def fit_teacher_adapter(sources: torch.Tensor, translations: torch.Tensor, targe
     optimiser = torch.optim.AdamW(adapter.parameters(), lr=settings.learning_rate, weight_decay=0.01)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=settings.learning_rate,
                                                    total_steps=settings.epochs * steps_per_epoch)
-    labels = torch.arange(batch)
     adapter.train()
     for epoch in range(settings.epochs):
         order = torch.randperm(len(sources), generator=generator)
         for step in range(steps_per_epoch):
             rows = order[step * batch:(step + 1) * batch]
-            loss = _loss(adapter, (sources[rows], translations[rows]), targets[rows], labels, settings)
+            loss = _loss(adapter, (sources[rows], translations[rows]), targets[rows], settings)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
@@ -131,12 +131,12 @@ def fit_and_save_adapter(student, featurize: Featurizer, train: TokenizedPairs, 
 
 
 def _loss(adapter: TeacherSpaceAdapter, sides: tuple[torch.Tensor, torch.Tensor], target: torch.Tensor,
-          labels: torch.Tensor, settings: AdapterSettings) -> torch.Tensor:
+          settings: AdapterSettings) -> torch.Tensor:
     loss = torch.zeros(())
+    same = same_source_mask(target) if settings.ranking else None
     for side in sides:
         mapped = adapter(side)
         loss = loss + F.mse_loss(mapped, target) * target.shape[1]
         if settings.ranking:
-            logits = settings.scale * mapped @ target.T
-            loss = loss + settings.ranking * (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels))
+            loss = loss + settings.ranking * in_batch_ranking_loss(settings.scale * mapped @ target.T, same)
     return loss
