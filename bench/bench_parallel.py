@@ -3,7 +3,8 @@
 Both run the same chain on the same synthetic gzipped TSV (English / "translation" pairs with
 duplicates, empties, over-long lines, untranslated copies, bad length ratios and planted evaluation
 sentences): NFC + whitespace normalisation, empty, over-long (characters; tokenizer-length filtering
-excluded), untranslated, length ratio, exact duplicates, decontamination against 200k evaluation
+excluded), untranslated, length ratio, exact duplicates, decontamination (case, outer punctuation and
+apostrophes folded: xdistill.data.normalize.decontamination_key) against 200k evaluation
 sentences. Each (implementation, size) runs in a fresh subprocess on one core, which reports its
 median wall time over the repeats and its peak RSS.
 
@@ -91,7 +92,7 @@ def run_reference(path: Path, evaluation: set[str]) -> int:
 
     import pandas as pd
 
-    from xdistill.data.normalize import normalize_text
+    from xdistill.data.normalize import decontamination_key, normalize_text
 
     frame = pd.read_csv(path, sep="\t", header=None, names=["source", "target"], dtype=object,
                         quoting=csv.QUOTE_NONE, keep_default_na=False, on_bad_lines="skip")
@@ -106,7 +107,8 @@ def run_reference(path: Path, evaluation: set[str]) -> int:
     frame = frame[(longer < CLEANING["ratio_min_chars"]) | (longer <= CLEANING["max_length_ratio"] * shorter)]
     frame = frame.drop_duplicates(["source", "target"])
     # Series.isin(set) on pandas 3 arrow strings converts the 200k-sentence set on every call: map instead
-    contaminated = frame["source"].map(evaluation.__contains__) | frame["target"].map(evaluation.__contains__)
+    keys = {side: frame[side].map(decontamination_key) for side in ("source", "target")}  # what ours compares
+    contaminated = keys["source"].map(evaluation.__contains__) | keys["target"].map(evaluation.__contains__)
     frame = frame[~contaminated.astype(bool)]
     return len(frame)
 

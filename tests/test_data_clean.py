@@ -13,6 +13,7 @@ import pytest
 from data_helpers import stage_tiny_raw
 from xdistill.data.clean import Cleaner, CleaningConfig, SeenPairs, default_student_tokenizer, load_token_counter
 from xdistill.data.decontaminate import evaluation_sentences
+from xdistill.data.normalize import decontamination_key
 from xdistill.data.sampling import Reservoir, fill_in_proportion, interleave, repeat_and_select, source_targets, split_evenly
 from xdistill.errors import InputFileError
 
@@ -37,7 +38,8 @@ def test_each_step_counted_in_chain_order():
         ("de", "I like tea.", "Ich mag Tee."),  # contaminated (target in an eval set)
         ("de", "No.", "Nein."),  # kept: ratio test exempt below ratio_min_chars
     ]
-    cleaner, kept = run_chain(triples, evaluation={"Ich mag Tee."}, max_chars=30, max_length_ratio=3.0, ratio_min_chars=12)
+    cleaner, kept = run_chain(triples, evaluation={decontamination_key("Ich mag Tee.")}, max_chars=30,
+                              max_length_ratio=3.0, ratio_min_chars=12)
     assert kept == [("de", "Good morning.", "Guten Morgen."), ("de", "Yes.", "Ja."), ("de", "No.", "Nein.")]
     counts = cleaner.counts[("toy", "de")]
     assert counts.read == 9 and counts.normalized == 1  # only the first pair had odd whitespace
@@ -69,7 +71,8 @@ def test_length_ratio_counts_cjk_characters_as_three():
 
 def test_length_ratio_boundary_and_source_side_contamination():
     pairs = [("de", "a" * 12, "b" * 4), ("de", "c" * 13, "d" * 4), ("de", "The eval sentence.", "Der Satz.")]
-    cleaner, kept = run_chain(pairs, evaluation={"The eval sentence."}, max_length_ratio=3.0, ratio_min_chars=12)
+    cleaner, kept = run_chain(pairs, evaluation={decontamination_key("The eval sentence.")}, max_length_ratio=3.0,
+                              ratio_min_chars=12)
     assert kept == [("de", "a" * 12, "b" * 4)]  # 12 == 3 * 4 is allowed, 13 > 12 is not
     assert cleaner.counts[("toy", "de")].dropped["length_ratio"] == 1
     assert cleaner.counts[("toy", "de")].dropped["contaminated"] == 1
@@ -108,13 +111,28 @@ def test_seen_pairs_is_exact_on_small_inputs():
     assert other.add("s1", "t1") and not other.add("t1", "s1")
 
 
+def test_near_copies_of_evaluation_sentences_are_contaminated_too():
+    """Case, the punctuation and quotes around a sentence and apostrophes do not make another sentence (found in the mirror: WMT's
+    "Tough, tough, tough." is STS17 4b's `Tough, tough, tough.`, Multi30k has STS17 sentences in lower
+    case, Tatoeba writes o'clock where LASER's copy has o’clock)."""
+    evaluation = {decontamination_key(s) for s in ("Tough, tough, tough.", "A muzzled greyhound dog is running.",
+                                                   "It is five o’clock.")}
+    pairs = [("es", "\"Tough, tough, tough.\"", "Duro, duro, duro."),
+             ("de", "a muzzled greyhound dog is running", "Ein Windhund mit Maulkorb rennt."),
+             ("de", "It is five o'clock.", "Es ist fünf Uhr."),
+             ("de", "It is five o'clock now.", "Es ist jetzt fünf Uhr.")]
+    cleaner, kept = run_chain(pairs, evaluation, languages=("de", "es"))
+    assert kept == [pairs[3]]
+    assert decontamination_key(" «¿Qué?» ") == "qué" and decontamination_key("?!") == ""
+
+
 def test_evaluation_sentences_and_planted_contamination(tmp_path, mirror_dir):
     raw = tmp_path / "raw"
     stage_tiny_raw(raw, mirror_dir, ["de"])
     sentences = evaluation_sentences(raw)
     laser_de = (raw / "eval/tatoeba-laser/tatoeba.deu-eng.deu").read_text(encoding="utf-8").splitlines()
     sts_first = (raw / "eval/sts17/STS2017.eval.v1.1/STS.input.track5.en-en.txt").read_text(encoding="utf-8").splitlines()[0]
-    assert laser_de[0] in sentences and sts_first.split("\t")[1] in sentences
+    assert decontamination_key(laser_de[0]) in sentences and decontamination_key(sts_first.split("\t")[1]) in sentences
     assert len(sentences) > 1500
     planted = ("de", "Some harmless training sentence.", laser_de[0])
     cleaner, kept = run_chain([("de", "A clean pair here.", "Ein sauberes Paar hier."), planted], evaluation=sentences)
@@ -126,7 +144,6 @@ def test_decontamination_reads_what_the_benchmarks_read(tmp_path, mirror_dir):
     """Both go through xdistill.data.eval_formats: every sentence a benchmark scores is decontaminated,
     and a damaged evaluation file stops both with the same message (file and line)."""
     from xdistill.data.eval_formats import read_flores
-    from xdistill.data.normalize import normalize_text
     from xdistill.evaluation.sts import STS17_GOLD_DIR, STS17_INPUT_DIR, STS17_TRACKS, build_stsb_sets, load_sts17
     from xdistill.evaluation.tatoeba import read_tatoeba_pairs
 
@@ -146,7 +163,7 @@ def test_decontamination_reads_what_the_benchmarks_read(tmp_path, mirror_dir):
     scored += [s for side in read_tatoeba_pairs(eval_dir / "tatoeba-laser", "deu") for s in side]
     scored += read_flores(eval_dir / "flores200-devtest" / "deu_Latn.devtest")
     assert len(scored) > 1500
-    assert {normalize_text(s) for s in scored} - {""} <= sentences
+    assert {decontamination_key(s) for s in scored} - {""} <= sentences
 
     stsb_de = eval_dir / "stsb-multi-mt" / "data" / "stsb-de-test.csv"
     stsb_de.write_text(stsb_de.read_text(encoding="utf-8") + "only,two\n", encoding="utf-8")
@@ -223,3 +240,11 @@ def test_seen_pairs_is_the_same_filter_in_every_process():
 def test_seen_pairs_rejects_silly_sizes(bits):
     with pytest.raises(Exception, match="dedup_bits_log2"):
         SeenPairs(bits)
+
+
+def test_a_near_copy_of_a_dev_sentence_is_held_out_of_training():
+    from xdistill.data.parallel import _is_held_out
+
+    dev = {decontamination_key(s) for s in ("A dog runs.", "Ein Hund rennt.")}
+    assert _is_held_out(("toy", "de", 7), "a dog runs", "Der Hund läuft.", set(), dev)
+    assert not _is_held_out(("toy", "de", 8), "A cat runs.", "Eine Katze rennt.", set(), dev)

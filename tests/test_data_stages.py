@@ -348,7 +348,7 @@ def test_stsb_train_split_is_trained_on_only_with_its_decontamination_off(tmp_pa
     splits, and every other evaluation set, stay decontaminated."""
     from xdistill.data.decontaminate import evaluation_sentences
     from xdistill.data.eval_formats import read_stsb_multi_mt
-    from xdistill.data.normalize import normalize_text
+    from xdistill.data.normalize import decontamination_key
 
     raw = tmp_path / "raw"
     stage_tiny_raw(raw, mirror_dir, ["de"], {"eval/stsb-multi-mt": ["data/stsb-en-*.csv", "data/stsb-{lang}-*.csv"],
@@ -367,10 +367,10 @@ def test_stsb_train_split_is_trained_on_only_with_its_decontamination_off(tmp_pa
     assert row["read"] == 2 * 5749 and len(train) == row["train"] > 5000
     # what is left out is what a benchmark or the checkpoint selection reads: dev, test, STS17, Tatoeba
     scored = evaluation_sentences(raw, train_splits=False)
-    assert not {normalize_text(s) for r in train for s in r[:2]} & scored
+    assert not {decontamination_key(s) for r in train for s in r[:2]} & scored
     assert row["dropped"]["contaminated"] > 0
     first = read_stsb_multi_mt(raw / "eval/stsb-multi-mt/data/stsb-en-train.csv")[0]
-    assert normalize_text(first.sentence1) in evaluation_sentences(raw) - scored
+    assert decontamination_key(first.sentence1) in evaluation_sentences(raw) - scored
     assert first.sentence1 in {r[0] for r in train}
 
 

@@ -34,7 +34,7 @@ from xxhash import xxh3_64_intdigest
 
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.data.formats import Triple
-from xdistill.data.normalize import normalize_text
+from xdistill.data.normalize import decontamination_key, normalize_text
 from xdistill.errors import XdistillError
 
 log = logging.getLogger(__name__)
@@ -269,7 +269,7 @@ class Cleaner:
             ):
                 drop(counts, "language_id", corpus, lang, source, translation)
                 continue
-            if source in evaluation or translation in evaluation:
+            if decontamination_key(source) in evaluation or decontamination_key(translation) in evaluation:
                 drop(counts, "contaminated", corpus, lang, source, translation)
                 continue
             yield lang, source, translation

@@ -1,4 +1,4 @@
-"""The sentences of every evaluation set, normalised: none may be trained on.
+"""The sentences of every evaluation set, keyed loosely (case, punctuation): none may be trained on.
 
 Read from the staged ``data/raw/eval`` tree (whatever the ``corpora`` stage put there):
 STS17 (both sentences of every track), STS Benchmark and stsb-multi-mt (all splits staged; the
@@ -15,20 +15,21 @@ import logging
 from pathlib import Path
 
 from xdistill.data.eval_formats import evaluation_files
-from xdistill.data.normalize import normalize_text
+from xdistill.data.normalize import decontamination_key
 
 log = logging.getLogger(__name__)
 
 
 def evaluation_sentences(raw_dir: str | Path, train_splits: bool = True) -> set[str]:
-    """Normalised (:func:`normalize_text`) sentences of every evaluation set staged in ``raw_dir``.
+    """The :func:`~xdistill.data.normalize.decontamination_key` of every sentence of every evaluation set
+    staged in ``raw_dir`` (a training side is contaminated when its key is among them).
 
     ``train_splits=False``: without the STS Benchmark's train split (see :func:`evaluation_files`).
     """
     sentences: set[str] = set()
     files = evaluation_files(raw_dir, train_splits)
     for path, read_sentences in files:
-        sentences.update(normalize_text(s) for s in read_sentences(path))
+        sentences.update(decontamination_key(s) for s in read_sentences(path))
     sentences.discard("")
     log.info("decontamination: %d distinct evaluation sentences from %d files", len(sentences), len(files))
     return sentences

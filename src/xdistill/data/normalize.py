@@ -6,7 +6,11 @@ sentences by :func:`normalize_text`, so "the same sentence" means the same thing
 
 from __future__ import annotations
 
+import string
 import unicodedata
+
+# Around a sentence: ASCII punctuation, quotes, dashes and CJK punctuation (the marks copies differ by)
+_EDGE_MARKS = string.punctuation + string.whitespace + "’‘“”«»„‚‹›¿¡…–—·。，、！？；：「」『』（）【】《》\u00a0"
 
 
 def normalize_text(text: str) -> str:
@@ -23,3 +27,16 @@ def normalize_text(text: str) -> str:
     if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
         return text
     return " ".join(text.split())
+
+
+def decontamination_key(text: str) -> str:
+    """``text`` as decontamination compares it: normalised (:func:`normalize_text`), case-folded, one
+    apostrophe, without the punctuation, quotes and spaces around it. "A dog runs." and "a dog runs",
+    '"Tough, tough, tough."' and "Tough, tough, tough.", o'clock and o’clock are one sentence here
+    (exact matching let such copies of evaluation sentences into training data). Other punctuation inside
+    a sentence still counts: folding it too takes a regex pass per side, which halved the cleaning
+    chain's speed (BENCHMARKS.md, parallel). ``str.replace`` and ``strip`` keep it under a microsecond."""
+    text = normalize_text(text).casefold()
+    if not text.isascii():
+        text = text.replace("’", "'").replace("‘", "'").replace("´", "'")
+    return text.replace("`", "'").strip(_EDGE_MARKS)

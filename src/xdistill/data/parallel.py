@@ -37,6 +37,7 @@ from xdistill.data.clean import Cleaner, CleaningConfig
 from xdistill.data.decontaminate import evaluation_sentences
 from xdistill.data.formats import Checkers
 from xdistill.data.parallel_tsv import write_parallel_tsv
+from xdistill.data.normalize import decontamination_key
 from xdistill.data.sampling import Reservoir, interleave, repeat_and_select, source_targets, split_evenly
 from xdistill.data.sources import SourceSpec, read_source
 from xdistill.config import SECTION_CONFIG, parse_section
@@ -142,7 +143,7 @@ def build_parallel(
         block_rows = [item for key in sorted(blocks) for item in blocks[key]]
         held_rows = dev_rows + block_rows  # a pair in both counts once below
         dev_keys = {(row[3], row[2], index) for index, row in held_rows}
-        dev_sentences = {s for _, row in held_rows for s in row[:2]}
+        dev_sentences = {decontamination_key(s) for _, row in held_rows for s in row[:2]}
         available, overlap = _count_available(spools, dev_keys, dev_sentences)
         plan = _plan(config, spools, available)
         written = _write_train(train_path, spools, plan, available, dev_keys, dev_sentences, rng)
@@ -209,7 +210,7 @@ def _dev_rows(reservoirs: dict[str, Reservoir]) -> list[tuple[int, tuple[str, st
 
 
 def _is_held_out(key, source, translation, dev_keys, dev_sentences) -> bool:
-    return key in dev_keys or source in dev_sentences or translation in dev_sentences
+    return key in dev_keys or decontamination_key(source) in dev_sentences or decontamination_key(translation) in dev_sentences
 
 
 def _count_available(spools, dev_keys, dev_sentences) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
