@@ -66,12 +66,12 @@ class Featurizer:
 AUTOCAST_MODES = ("cuda", "auto", "always", "never")
 
 
-def autocast_context(device: torch.device, mode: str = "cuda"):
-    """bf16 autocast on ``device`` when ``mode`` asks for it there, else plain fp32.
+def autocast_context(device: torch.device, mode: str):
+    """bf16 autocast of the training steps on ``device`` when ``mode`` (``train.autocast_bf16``) asks for it.
 
-    ``cuda`` (the default everywhere but the training steps of ``train.autocast_bf16``) keeps CPU work in fp32:
-    without native bf16 instructions a CPU emulates it, slower than fp32; ``auto`` uses it on a CPU that has
-    them. Weights, gradients and the losses stay fp32 either way (autocast lowers the matrix products only)."""
+    ``cuda`` keeps CPU work in fp32: without native bf16 instructions a CPU emulates it, slower than fp32;
+    ``auto`` uses it on a CPU that has them. Weights, gradients and the losses stay fp32 either way
+    (autocast lowers the matrix products only), and so does every embedding outside the steps."""
     on_cpu = device.type != "cuda"
     if mode == "never" or (on_cpu and (mode == "cuda" or (mode == "auto" and not cpu_has_native_bf16()))):
         return contextlib.nullcontext()
@@ -95,8 +95,8 @@ def encode_token_ids(student, featurize: Featurizer, token_ids: Sequence[Sequenc
     try:
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
-            with autocast_context(featurize.device):
-                emb = student(featurize([token_ids[i] for i in batch]))["sentence_embedding"].float().cpu()
+            # plain fp32 on every device: validation, head fits and adapters see what users' encode sees
+            emb = student(featurize([token_ids[i] for i in batch]))["sentence_embedding"].float().cpu()
             if out is None:
                 out = torch.empty((len(order), emb.shape[1]), dtype=torch.float32)
             out[torch.as_tensor(batch)] = emb
