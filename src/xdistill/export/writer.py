@@ -85,9 +85,10 @@ def export_student(student_dir: str | Path, output_dir: str | Path, formats: Seq
         if "fp16" not in formats:
             _remove_torch_weights(tmp)
         report.teacher_adapter = _copy_teacher_adapter(student_dir, tmp)
-        for fmt in _checked_formats(formats):
+        checked = _checked_formats(formats)
+        for fmt in checked:
             _record(report, tmp, fmt, reference)
-        if "onnx-int8" in formats and "onnx" not in formats:  # checked, now dropped: not asked for
+        if "onnx" not in formats and "onnx" in checked:  # the fp32 graph was checked, not asked for: dropped
             (tmp / ONNX_FILES["onnx"]).unlink()
             for facts in (report.files, report.size_mb, report.min_cosine_to_fp32):
                 del facts["onnx"]
