@@ -46,10 +46,23 @@ def test_spearman_with_ties_uses_average_ranks():
     assert spearman_x100([1, 2, 3, 4, 5], [5, 6, 7, 8, 7]) == pytest.approx(100 * 8 / math.sqrt(95))
 
 
-def test_spearman_constant_input_is_nan_and_length_mismatch_is_an_error():
-    assert math.isnan(spearman_x100([1, 1, 1], [1, 2, 3]))
-    with pytest.raises(XdistillError):
+def test_spearman_constant_gold_is_nan_and_length_mismatch_is_an_error():
+    assert math.isnan(spearman_x100([1, 2, 3], [4, 4, 4]))
+    assert math.isnan(spearman_x100([1, 1, 1], [4, 4, 4]))
+    with pytest.raises(XdistillError, match="3 predictions for 2 gold scores"):
         spearman_x100([1, 2, 3], [1, 2])
+
+
+def test_spearman_gives_a_collapsed_model_zero_not_nan():
+    # NaN would drop the set out of mean_or_nan, so the collapsed model's average over the others rises
+    collapsed = spearman_x100([0.7, 0.7, 0.7], [1, 2, 3])
+    assert collapsed == 0.0
+    assert mean_or_nan([collapsed, 90.0]) == 45.0
+
+
+def test_spearman_refuses_non_finite_predictions():
+    with pytest.raises(XdistillError, match="1 of 3 predictions are not finite"):
+        spearman_x100([0.1, float("nan"), 0.3], [1, 2, 3])
 
 
 def test_paired_cosine_row_by_row():
@@ -273,6 +286,24 @@ def test_tatoeba_language_selection(mirror_dir: Path):
     context = EvaluationContext(EvaluationSettings.from_params({"tatoeba_all": True}, ["de"]), inputs)
     configured, evaluated = tatoeba_codes(context)
     assert configured == ["deu"] and len(evaluated) == 112
+
+
+def test_a_bucc_dir_outside_the_staged_evaluation_data_is_refused(tmp_path: Path):
+    # BUCC files elsewhere are never decontaminated against: scoring them could reward trained-on sentences
+    from xdistill.evaluation.pipeline import prepared_inputs
+
+    eval_dir = tmp_path / "raw" / "eval"
+    for folder in (eval_dir / "bucc2018", eval_dir / "other", tmp_path / "bucc-elsewhere"):
+        folder.mkdir(parents=True)
+    for outside in (eval_dir / "other", tmp_path / "bucc-elsewhere"):
+        settings = EvaluationSettings.from_params({"benchmarks": ["mining"], "bucc_dir": str(outside)}, ["de"])
+        with pytest.raises(XdistillError, match=r"evaluate.bucc_dir must be a folder .*eval/bucc<name>"):
+            with prepared_inputs(tmp_path / "raw", settings, None):
+                pass
+    settings = EvaluationSettings.from_params({"benchmarks": ["mining"], "bucc_dir": str(eval_dir / "bucc2018"),
+                                               "mining_flores": False}, ["de"])
+    with prepared_inputs(tmp_path / "raw", settings, None) as inputs:
+        assert inputs.bucc_dir == eval_dir / "bucc2018"
 
 
 def test_prepared_inputs_build_the_flores_mining_benchmark(tmp_path: Path, mirror_dir: Path):

@@ -32,15 +32,17 @@ def teacher():
 
 @pytest.fixture()
 def raw_dir(tmp_path: Path, mirror_dir: Path) -> Path:
-    """A data/raw look-alike whose eval/ is the mirror's (same layout as the corpora stage's output)."""
+    """A data/raw look-alike whose eval/ holds the mirror's sets (same layout as the corpora stage's
+    output) and room for a staged BUCC folder."""
     raw = tmp_path / "raw"
-    raw.mkdir()
-    (raw / "eval").symlink_to(mirror_dir / "eval", target_is_directory=True)
+    (raw / "eval").mkdir(parents=True)
+    for staged in (mirror_dir / "eval").iterdir():
+        (raw / "eval" / staged.name).symlink_to(staged, target_is_directory=staged.is_dir())
     return raw
 
 
 def test_suite_with_the_minilm_teacher(teacher, raw_dir: Path, tmp_path: Path, mirror_dir: Path):
-    bucc = write_bucc_folder(tmp_path / "bucc", mirror_dir, "de")
+    bucc = write_bucc_folder(raw_dir / "eval" / "bucc-de", mirror_dir, "de")
     settings = EvaluationSettings.from_params({**TINY, "bucc_dir": str(bucc)}, ["de", "es"])
     dev = write_dev_file(tmp_path / "dev.tsv.gz", mirror_dir, ["de", "es"], 10)
     with prepared_inputs(raw_dir, settings, dev) as inputs:

@@ -37,7 +37,7 @@ from xdistill.training import checkpoint as ckpt
 from xdistill.data.parallel_tsv import write_parallel_tsv
 from xdistill.training.pairs import BatchStream, epoch_batches, read_parallel_pairs
 from xdistill.training.settings import OutputPaths, RuntimeSettings, TrainParams
-from xdistill.training.trainer import linear_schedule, train_student
+from xdistill.training.trainer import TrainingDivergedError, linear_schedule, train_student
 from xdistill.training.validation import (
     BLOCK_MINING_SEEDS,
     TrainingCollapsedError,
@@ -394,6 +394,22 @@ def test_collapse_guard_fails_loud(setup: dict[str, Path], tmp_path: Path) -> No
     assert collapse.step > 0 and collapse.step % params["eval_every"] == 0
     assert collapse.threshold == TrainParams.from_params(params).collapse_threshold
     assert collapse.mean_cosine > collapse.threshold
+    assert not (tmp_path / "student").exists()
+
+
+def test_divergence_stops_before_the_weights_turn_nan(setup: dict[str, Path], tmp_path: Path) -> None:
+    # A real divergence: at this learning rate Adam's first steps push the weights past float32's range,
+    # the next forward overflows and its gradients are NaN
+    params = tiny_train_params(learning_rate=1e30, warmup_ratio=0.0, eval_every=100, checkpoint_every=1)
+    outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
+    with pytest.raises(TrainingDivergedError, match="training diverged at step") as raised:
+        train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
+                      str(setup["student"]), params, outputs, device="cpu")
+    assert not math.isfinite(raised.value.grad_norm) and raised.value.step > 1
+    # the checkpoint of the step before holds the last weights that were stepped, all finite
+    last = torch.load(tmp_path / "ckpt" / "last.pt", weights_only=False)
+    assert last["loop"]["step"] == raised.value.step - 1
+    assert all(torch.isfinite(tensor).all() for tensor in last["model"].values())
     assert not (tmp_path / "student").exists()
 
 

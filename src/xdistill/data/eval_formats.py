@@ -19,6 +19,8 @@ Every reader names the file and line of a problem (:class:`~xdistill.errors.Inpu
 from __future__ import annotations
 
 import csv
+import fnmatch
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,6 +299,14 @@ EVALUATION_SETS: list[tuple[str, str, SentenceReader]] = [
     ("flores200-devtest", "*.devtest", read_flores),
     ("bucc*", "*-en.*.*", _bucc_sentences),
 ]
+
+
+def is_decontaminated_bucc_folder(eval_dir: Path, folder: Path) -> bool:
+    """Whether :func:`evaluation_files` reads ``folder``: a ``bucc*`` folder right inside ``eval_dir``
+    (BUCC files anywhere else are never kept out of the training data)."""
+    bucc_glob = next(folder_glob for folder_glob, _, reader in EVALUATION_SETS if reader is _bucc_sentences)
+    folder = Path(os.path.abspath(folder))
+    return folder.parent.resolve() == Path(eval_dir).resolve() and fnmatch.fnmatch(folder.name, bucc_glob)
 
 
 def is_train_split(path: Path) -> bool:

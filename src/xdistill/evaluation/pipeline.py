@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from xdistill.data.eval_formats import is_decontaminated_bucc_folder
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.evaluation.encoding import CachedEncoder
 from xdistill.evaluation.plots import write_plots
@@ -67,6 +68,9 @@ def prepared_inputs(raw_dir: str | Path, settings: EvaluationSettings, dev_path:
     bucc = Path(settings.bucc_dir) if settings.bucc_dir else None
     if bucc is not None and not bucc.is_dir():
         raise XdistillError(f"{bucc}: evaluate.bucc_dir is not a folder")
+    if bucc is not None and not is_decontaminated_bucc_folder(eval_dir, bucc):
+        raise XdistillError(f"{bucc}: evaluate.bucc_dir must be a folder {eval_dir}/bucc<name>: only BUCC files "
+                            "staged there are kept out of the training data (stage them with corpora.datasets)")
     with tempfile.TemporaryDirectory(prefix="xdistill-mining-") as tmp:
         flores_mining: list[Path] = []
         if "mining" in settings.benchmarks and settings.mining_flores:

@@ -59,6 +59,18 @@ logger = logging.getLogger(__name__)
 INITIAL = "initial.pt"  # the student as training started (after head alignment): interpolation's start
 
 
+class TrainingDivergedError(XdistillError):
+    """A training step's gradients were not finite (NaN or inf): raised before the optimizer applies them."""
+
+    def __init__(self, step: int, grad_norm: float, loss: float) -> None:
+        super().__init__(
+            f"training diverged at step {step}: the gradient norm is {grad_norm} (loss {loss}). The weights "
+            "were not updated and the last checkpoint is intact; lower train.learning_rate or turn off "
+            "train.autocast_bf16"
+        )
+        self.step, self.grad_norm, self.loss = step, grad_norm, loss
+
+
 @dataclass
 class TrainResult:
     """What :func:`train_student` produced."""
@@ -191,7 +203,7 @@ def train_student(
     ``outputs.model_dir`` as a sentence-transformers folder, plus metrics JSON, history CSV and
     the curves PNG. Resumes automatically from ``outputs.checkpoint_dir/last.pt`` when it was
     written by a run with the same settings and data. Under ``torchrun`` it trains with DDP
-    (only rank 0 writes). Raises :class:`XdistillError` on bad input or a collapsed student.
+    (only rank 0 writes). Raises :class:`XdistillError` on bad input, a collapsed or a diverged student.
     """
     params = params if isinstance(params, TrainParams) else TrainParams.from_params(params)
     outputs = outputs or OutputPaths()
@@ -451,6 +463,9 @@ def _run_loop(run: _Run, wrapped: nn.Module, optimizer, scheduler, stream: Batch
             for name, value in {"loss": total, **parts}.items():
                 window_parts[name] = window_parts.get(name, 0.0) + float(value.detach()) / params.grad_accumulation
         grad_norm = torch.nn.utils.clip_grad_norm_(trainable, params.max_grad_norm)
+        if not torch.isfinite(grad_norm):
+            # stepping would write NaN into every weight, and the dev metrics (all NaN) would never say so
+            raise TrainingDivergedError(state.step + 1, float(grad_norm), float(total.detach()))
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
