@@ -164,6 +164,24 @@ def run_params(
     return values
 
 
+def mirror_from_workspace(values: dict[str, Any], root: Path, workspace: Path) -> dict[str, Any]:
+    """``values`` with a relative corpora mirror re-pointed from the workspace.
+
+    The corpora stage resolves a relative ``corpora.mirror`` against its params file's folder: the
+    workspace's. A run's mirror is given relative to the project and params.yaml's is relative to
+    the project's folder, so both are rewritten relative to the workspace where that differs (a
+    workspace beside the project keeps ``../shared/corpora`` as it is: nothing changes for DVC).
+    """
+    mirror = values.get("corpora.mirror")
+    if mirror is None:
+        committed = yaml.safe_load((workspace / "params.yaml").read_text(encoding="utf-8")) or {}
+        mirror = (committed.get("corpora") or {}).get("mirror")
+    if not isinstance(mirror, str) or not mirror or Path(mirror).is_absolute():
+        return values
+    rebased = os.path.relpath(os.path.normpath(root / mirror), workspace)
+    return values if rebased == mirror else {**values, "corpora.mirror": rebased}
+
+
 # ----------------------------------------------------------------------------------------------
 # Plain helpers (no Prefect state): project, params, DVC child processes
 # ----------------------------------------------------------------------------------------------
@@ -649,7 +667,7 @@ def distill(
             translation pairs). Empty: params.yaml's `train.steps`.
         loss_weights: Weights of the distillation losses (0 turns one off). Empty: params.yaml's `train.loss`.
         mirror: Folder holding the offline corpora mirror (absolute, or relative to the project
-            folder). Empty: params.yaml's `corpora.mirror`.
+            folder; the run re-points it from its workspace). Empty: params.yaml's `corpora.mirror`.
         experiment: Name of the DVC experiment (default: from this run's name).
         overrides: Any other params.yaml value by dotted key, e.g.
             {"train.learning_rate": 3e-5, "parallel.max_train_pairs": 20000}. Wins over the fields above.
@@ -673,7 +691,7 @@ def distill(
     try:
         if _is_set(resume_from):
             seed_checkpoints(workspace, resume_from)
-        params = set_params(workspace, values)
+        params = set_params(workspace, mirror_from_workspace(values, root, Path(workspace)))
         stages = run_experiment(Path(workspace), root, name)
         rev = push_experiment(workspace, str(root), name)
         saved = True

@@ -71,6 +71,20 @@ def test_filled_fields_become_params_values_and_empty_ones_keep_params_yaml() ->
     }
 
 
+def test_a_relative_mirror_is_re_pointed_from_the_workspace(tmp_path: Path) -> None:
+    # the corpora stage resolves a relative mirror against the workspace's params.yaml folder
+    root, beside, elsewhere = tmp_path / "proj", tmp_path / ".proj-exp-a", tmp_path / "runs" / ".proj-exp-b"
+    for workspace in (beside, elsewhere):
+        workspace.mkdir(parents=True)
+        (workspace / "params.yaml").write_text("corpora:\n  mirror: ../shared/corpora\n", encoding="utf-8")
+    rebase = distill_flows.mirror_from_workspace
+    assert rebase({}, root, beside) == {}  # beside the project: the committed value still resolves
+    assert rebase({}, root, elsewhere) == {"corpora.mirror": "../../shared/corpora"}
+    assert rebase({"corpora.mirror": "mirror"}, root, beside) == {"corpora.mirror": "../proj/mirror"}
+    assert rebase({"corpora.mirror": "/data/mirror"}, root, elsewhere) == {"corpora.mirror": "/data/mirror"}
+    assert (elsewhere / "../../shared/corpora").resolve() == (root / "../shared/corpora").resolve()
+
+
 def test_params_are_written_as_the_stages_read_them_with_comments_kept(tmp_path: Path) -> None:
     params = tmp_path / "params.yaml"
     params.write_text(

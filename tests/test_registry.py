@@ -112,6 +112,30 @@ def test_judge_against_the_untrained_student_and_the_teacher() -> None:
     assert not blind.promote and any("cannot show it is not worse" in r for r in blind.reasons)
 
 
+def test_judge_fails_what_it_cannot_compare() -> None:
+    champion = Scores(0.50, {"de": 0.50, "ar": 0.40})
+    # evaluated on fewer languages than the champion: ar cannot be shown not to regress
+    fewer = judge(Scores(0.62, {"de": 0.60}), champion, 0.01, 0.02, CHAMPION_ONLY)
+    assert not fewer.promote
+    assert "champion: the candidate has no ar score: cannot show it is not worse" in fewer.reasons
+    # the alias is held by a version without scores (set by hand): not "no champion yet"
+    unscored = judge(Scores(0.9, {"de": 0.9}), None, 0.01, 0.02, CHAMPION_ONLY, champion_version="9")
+    assert not unscored.promote and "champion version 9 has no evaluation scores" in unscored.reasons[0]
+    # every English score of the teacher is needed, not one of them
+    refs = {"student-untrained": Scores(0.4, {"de": 0.4}), "teacher": Scores(0.2, {"en.sts17": 0.8, "en.stsb": 0.8})}
+    partial = judge(Scores(0.6, {"en.sts17": 0.85, "de": 0.6}, refs), None, 0.01, 0.02)
+    assert not partial.promote
+    assert "teacher: the candidate has no en.stsb score: cannot show it is not worse" in partial.reasons
+
+
+@pytest.mark.parametrize("setting", [{"tolerance": float("nan")}, {"margin": float("nan")}, {"tolerance": -0.1},
+                                     {"margin": float("inf")}])
+def test_gate_settings_must_be_finite_and_not_negative(setting: dict[str, float]) -> None:
+    # a NaN tolerance would pass every regression check (x < score - nan is always False)
+    with pytest.raises(XdistillError, match=f"params promote.{next(iter(setting))}: must be a finite number >= 0"):
+        PromoteConfig.from_params(setting)
+
+
 def test_references_travel_as_tags_and_come_from_the_summary(tmp_path: Path) -> None:
     from xdistill.registry.scores import read_summary_scores
 
@@ -137,6 +161,31 @@ def test_summary_with_benchmark_per_language_scores(tmp_path: Path) -> None:
     path.write_text('{"primary_score": "high"}')
     with pytest.raises(InputFileError, match="primary_score"):
         read_summary_scores(path)
+
+
+def test_register_cli_takes_a_section_of_comments_only_as_defaults(tmp_path: Path, tracking_uri: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from xdistill.cli.main import main
+
+    params = tmp_path / "params.yaml"
+    params.write_text("register:\n  # everything default\n")
+    # the settings are read; the stage then stops at the missing pipeline outputs with its own message
+    assert main(["register", "--root", str(tmp_path), "--params", str(params), "--tracking-uri", tracking_uri]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "NoneType" not in err
+
+
+def test_a_summary_of_the_wrong_shape_is_a_clear_error(tmp_path: Path) -> None:
+    from xdistill.registry.scores import read_summary_scores
+
+    path = tmp_path / "summary.json"
+    for text, problem in (("[1, 2]", "expected a JSON object"),
+                          ('{"primary_score": 0.5, "models": [1]}', "'models' must map"),
+                          ('{"primary_score": 0.5, "models": {"teacher": 3}}', "'models.teacher' must be an object")):
+        path.write_text(text)
+        with pytest.raises(InputFileError, match=problem) as raised:
+            read_summary_scores(path)
+        assert str(path) in str(raised.value)
 
 
 # --- promotion and rollback on a real store ------------------------------------------------------
@@ -197,6 +246,23 @@ def test_rollback_skips_a_deleted_former_champion(tracking_uri: str) -> None:
     with pytest.raises(XdistillError, match=rf"version {v4} is the first champion \(earlier champions {v1} were"):
         rollback(MODEL_NAME, tracking_uri=tracking_uri, config=GATE)
     assert _alias(tracking_uri) == v4
+
+
+def test_each_alias_has_its_own_history_and_a_hand_moved_alias_is_respected(tracking_uri: str) -> None:
+    v1, v2, v3 = (cheap_version(tracking_uri, score, {"de": score}) for score in (0.50, 0.60, 0.10))
+    for version in (v1, v2):
+        assert promote(MODEL_NAME, version, tracking_uri=tracking_uri, config=GATE).decision == "promoted"
+    staging = PromoteConfig(alias="staging", compare_with=())
+    assert promote(MODEL_NAME, v3, tracking_uri=tracking_uri, config=staging).decision == "promoted"
+    assert champion_history(MODEL_NAME, tracking_uri=tracking_uri) == [v1, v2]
+    assert champion_history(MODEL_NAME, tracking_uri=tracking_uri, alias="staging") == [v3]
+    # a rollback of champion never hands it the staging version
+    assert rollback(MODEL_NAME, tracking_uri=tracking_uri, config=GATE) == (v2, v1)
+    client = client_for(tracking_uri)
+    client.set_registered_model_alias(MODEL_NAME, "champion", v3)  # by hand, past the gate
+    with pytest.raises(XdistillError, match=rf"'champion' holds version {v3}, which the gate never promoted"):
+        rollback(MODEL_NAME, tracking_uri=tracking_uri, config=GATE)
+    assert _alias(tracking_uri) == v3
 
 
 def test_gate_refuses_a_candidate_worse_than_its_base_on_a_real_store(tracking_uri: str) -> None:

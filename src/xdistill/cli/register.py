@@ -20,7 +20,7 @@ def command(root: str, params: str | None, tracking_uri: str | None) -> int:
 
     root_dir = Path(root)
     params_file = Path(params) if params else root_dir / "params.yaml"
-    section = load_params("register", params_file)
+    section = load_params("register", params_file) or {}  # a section of comments only is all defaults
     if tracking_uri:
         section = {**section, "tracking_uri": tracking_uri}
     registration = register_run(root_dir, RegisterConfig.from_params(section), params_file=params_file)

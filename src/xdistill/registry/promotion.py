@@ -7,17 +7,20 @@ A candidate version becomes champion only if
    base's;
 2. on English it is not worse than its teacher (``teacher``): each English score (``en``, or
    ``en.<benchmark>`` when scores are per benchmark) is at most ``tolerance`` below the teacher's;
-   a candidate without the English scores the teacher has fails the check;
 3. its primary score beats the champion's by more than ``margin``, and no language score falls
    more than ``tolerance`` below the champion's (languages the champion was not evaluated on
-   cannot regress). With no champion yet, this check passes.
+   cannot regress). With no champion yet, this check passes; a champion without scores (an alias
+   set by hand) fails it.
+
+In every check a language score the reference has and the candidate lacks fails the check (an
+evaluation on fewer languages cannot show it is not worse on the others).
 
 ``promote.compare_with`` chooses which of ``base``, ``teacher`` and ``champion`` are checked (all by
 default). The references' scores come from the evaluation that scored the candidate (they travel
 as the ``xdistill.references`` tag); a candidate registered without them fails checks 1 and 2. The decision and its reasons are written as
 tags on the candidate version (``promotion.decision``, ``promotion.reasons``,
 ``promotion.compared_to``). Each promotion appends the version to the registered model's
-``champion_history`` tag (a JSON list); :func:`rollback` pops it and moves the alias back.
+``<alias>_history`` tag (a JSON list, one per alias); :func:`rollback` pops it and moves the alias back.
 
 Promotions and rollbacks hold a file lock (see :func:`xdistill.registry.store.promotion_lock`)
 from reading the champion to moving the alias, so two racing promotions are serialised: the
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -41,7 +45,7 @@ from xdistill.registry.store import client_for, promotion_lock, resolve_tracking
 log = logging.getLogger(__name__)
 
 CHAMPION_ALIAS = "champion"
-HISTORY_TAG = "champion_history"
+HISTORY_TAG_SUFFIX = "_history"  # <alias>_history: champion_history for the default alias
 DECISION_TAG = "promotion.decision"
 REASONS_TAG = "promotion.reasons"
 COMPARED_TO_TAG = "promotion.compared_to"
@@ -67,6 +71,11 @@ class PromoteConfig:
     compare_with: tuple[str, ...] = COMPARISONS
 
     def __post_init__(self) -> None:
+        for name in ("margin", "tolerance"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                # NaN would switch every comparison off (x < score - nan is always False)
+                raise XdistillError(f"params promote.{name}: must be a finite number >= 0, got {value}")
         unknown = sorted(set(self.compare_with) - set(COMPARISONS))
         if unknown:
             raise XdistillError(f"params promote.compare_with: unknown {unknown}; choose from {list(COMPARISONS)}")
@@ -101,8 +110,9 @@ class PromotionResult:
 
 
 def judge(candidate: Scores | None, champion: Scores | None, margin: float, tolerance: float,
-          compare_with: tuple[str, ...] = COMPARISONS) -> GateDecision:
-    """Apply the gate (module docstring) to a candidate's scores; ``champion`` None: there is none."""
+          compare_with: tuple[str, ...] = COMPARISONS, *, champion_version: str | None = None) -> GateDecision:
+    """Apply the gate (module docstring) to a candidate's scores. ``champion`` None: there is none, unless
+    ``champion_version`` names the version holding the alias (then it has no scores and the check fails)."""
     if candidate is None:
         return GateDecision(False, ["candidate has no evaluation scores (tag xdistill.primary_score)"])
     reasons: list[str] = []
@@ -114,7 +124,11 @@ def judge(candidate: Scores | None, champion: Scores | None, margin: float, tole
         failed |= _check_reference(candidate, TEACHER_LABEL, "teacher", tolerance, reasons, primary=False,
                                    languages=(ENGLISH,))
     if "champion" in compare_with:
-        if champion is None:
+        if champion is None and champion_version is not None:
+            reasons.append(f"champion version {champion_version} has no evaluation scores (alias set by hand?): "
+                           "cannot show the candidate beats it; move the alias to a scored version first")
+            failed = True
+        elif champion is None:
             reasons.append(f"no champion yet: primary score {candidate.primary:.4f} becomes the reference")
         else:
             gain = candidate.primary - champion.primary
@@ -123,6 +137,7 @@ def judge(candidate: Scores | None, champion: Scores | None, margin: float, tole
                            f"{gain:+.4f} {'>' if beats else '<='} margin {margin:.4f}")
             regressions = _regressions(candidate, champion, "champion", tolerance, None)
             reasons.extend(regressions)
+            failed |= _missing_scores(candidate, champion, "champion", None, reasons)
             failed |= not beats or bool(regressions)
     return GateDecision(not failed, reasons)
 
@@ -141,15 +156,22 @@ def _check_reference(candidate: Scores, label: str, name: str, tolerance: float,
                        f"{candidate.primary - reference.primary:+.4f}{' (below the ' + name + ')' if below else ''}")
         failed |= below
     regressions = _regressions(candidate, reference, name, tolerance, languages)
-    wanted = [key for key in reference.per_language if _of_languages(key, languages)]
-    if languages and not wanted:
+    if languages and not any(_of_languages(key, languages) for key in reference.per_language):
         reasons.append(f"{name}: no {'/'.join(languages)} score to compare")
-    elif languages and not any(key in candidate.per_language for key in wanted):
-        # the reference was scored on these languages, the candidate was not: like a missing reference
-        reasons.append(f"{name}: the candidate has no {', '.join(sorted(wanted))} score: cannot show it is not worse")
-        failed = True
+    failed |= _missing_scores(candidate, reference, name, languages, reasons)
     reasons.extend(regressions)
     return failed or bool(regressions)
+
+
+def _missing_scores(candidate: Scores, reference: Scores, name: str, languages: tuple[str, ...] | None,
+                    reasons: list[str]) -> bool:
+    """Append a reason and return True when the reference has language scores (of ``languages``) the
+    candidate lacks: like a missing reference, nothing shows the candidate is not worse there."""
+    missing = sorted(key for key in reference.per_language
+                     if _of_languages(key, languages) and key not in candidate.per_language)
+    if missing:
+        reasons.append(f"{name}: the candidate has no {', '.join(missing)} score: cannot show it is not worse")
+    return bool(missing)
 
 
 def _of_languages(key: str, languages: tuple[str, ...] | None) -> bool:
@@ -191,12 +213,12 @@ def promote(
         if champion is not None:
             champion_scores = Scores.from_tags(_get_version(client, model_name, champion).tags)
         decision = judge(Scores.from_tags(candidate_version.tags), champion_scores, config.margin, config.tolerance,
-                         config.compare_with)
+                         config.compare_with, champion_version=champion)
         verdict = PROMOTED if decision.promote else REFUSED
         _tag_decision(client, model_name, candidate, verdict, decision.reasons, champion)
         if decision.promote:
             client.set_registered_model_alias(model_name, config.alias, candidate)
-            _write_history(client, model_name, [*_history(client, model_name), candidate])
+            _write_history(client, model_name, config.alias, [*_history(client, model_name, config.alias), candidate])
         new_champion = candidate if decision.promote else champion
     log.info("%s version %s %s: %s", model_name, candidate, verdict, "; ".join(decision.reasons))
     return PromotionResult(model_name, candidate, verdict, decision.reasons, champion, new_champion)
@@ -213,7 +235,12 @@ def rollback(
         current = _current_alias(client, model_name, config.alias)
         if current is None:
             raise XdistillError(f"{model_name} has no '{config.alias}' to roll back")
-        history = _history(client, model_name)
+        history = _history(client, model_name, config.alias)
+        if current not in history:
+            raise XdistillError(f"{model_name}: '{config.alias}' holds version {current}, which the gate never promoted "
+                                "(alias moved by hand?): set the alias yourself, rollback follows the gate's history only")
+        # the alias may have been moved back by hand to an earlier champion: roll back from there
+        del history[len(history) - history[::-1].index(current):]
         deleted = []
         while history and (history[-1] == current or not _version_exists(client, model_name, history[-1])):
             popped = history.pop()
@@ -227,15 +254,15 @@ def rollback(
             log.warning("%s: skipping deleted former champions %s", model_name, ", ".join(deleted))
         previous = history[-1]
         client.set_registered_model_alias(model_name, config.alias, previous)
-        _write_history(client, model_name, history)
+        _write_history(client, model_name, config.alias, history)
         client.set_model_version_tag(model_name, current, ROLLED_BACK_TAG, _now())
     log.info("%s: '%s' moved back from version %s to %s", model_name, config.alias, current, previous)
     return current, previous
 
 
-def champion_history(model_name: str, *, tracking_uri: str | None = None) -> list[str]:
-    """The versions that were champion, oldest first (the last one holds the alias)."""
-    return _history(client_for(resolve_tracking_uri(tracking_uri)), model_name)
+def champion_history(model_name: str, *, tracking_uri: str | None = None, alias: str = CHAMPION_ALIAS) -> list[str]:
+    """The versions the gate gave ``alias``, oldest first (the last one holds it unless moved by hand)."""
+    return _history(client_for(resolve_tracking_uri(tracking_uri)), model_name, alias)
 
 
 def _newest_version(client: Any, model_name: str) -> str:
@@ -271,13 +298,13 @@ def _current_alias(client: Any, model_name: str, alias: str) -> str | None:
         return None
 
 
-def _history(client: Any, model_name: str) -> list[str]:
+def _history(client: Any, model_name: str, alias: str) -> list[str]:
     tags = client.get_registered_model(model_name).tags
-    return [str(v) for v in json.loads(tags.get(HISTORY_TAG) or "[]")]
+    return [str(v) for v in json.loads(tags.get(alias + HISTORY_TAG_SUFFIX) or "[]")]
 
 
-def _write_history(client: Any, model_name: str, history: list[str]) -> None:
-    client.set_registered_model_tag(model_name, HISTORY_TAG, json.dumps(history))
+def _write_history(client: Any, model_name: str, alias: str, history: list[str]) -> None:
+    client.set_registered_model_tag(model_name, alias + HISTORY_TAG_SUFFIX, json.dumps(history))
 
 
 def _tag_decision(

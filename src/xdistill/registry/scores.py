@@ -70,6 +70,8 @@ def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summar
     None when the summary has no finite primary score (e.g. a configuration without any
     headline benchmark): such a model can be registered but never promoted.
     """
+    if not isinstance(summary, Mapping):
+        raise InputFileError(source, f"expected a JSON object (primary_score, per_language, models), found {summary!r:.60}")
     primary = summary.get("primary_score")
     if primary is not None and (isinstance(primary, bool) or not isinstance(primary, int | float)):
         raise InputFileError(source, f"'primary_score' must be a number, not {primary!r}")
@@ -78,9 +80,14 @@ def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summar
         raise InputFileError(source, "'per_language' must map each language to a score or to {benchmark: score}")
     if primary is None or not math.isfinite(primary):
         return None
+    models = summary.get("models") or {}
+    if not isinstance(models, Mapping):
+        raise InputFileError(source, "'models' must map each evaluated model's label to its scores")
     references = {}
     for label in REFERENCE_LABELS:
-        model = (summary.get("models") or {}).get(label) or {}
+        model = models.get(label) or {}
+        if not isinstance(model, Mapping):
+            raise InputFileError(source, f"'models.{label}' must be an object with primary_score and per_language")
         value = model.get("primary_score")
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
             references[label] = Scores(float(value), numeric_leaves(model.get("per_language") or {}))
