@@ -176,6 +176,31 @@ def test_the_official_release_tunes_on_sample_and_scores_training(minilm, tmp_pa
     assert (result["settings"]["tune_split"], result["settings"]["test_split"]) == ("sample", "training")
 
 
+def test_repeated_sentences_are_mined_once_and_stand_for_every_id(minilm):
+    """LASER's --unify: two copies of a sentence on each side are one text pair, given to all four id pairs
+    (as rows of their own they filled each other's k-NN lists and one-to-one kept only one of them)."""
+    from xdistill.mining.bucc import BuccSplit, mine_split
+
+    xx = ["The cat sleeps on the sofa.", "The cat sleeps on the sofa.", "Rain fell all night.",
+          "He plays the violin."]
+    en = ["Rain fell all night.", "The cat sleeps on the sofa.", "The museum opens on Sundays.",
+          "The cat sleeps on the sofa."]
+    split = BuccSplit("xx", "test", ["x0", "x1", "x2", "x3"], xx, ["e0", "e1", "e2", "e3"], en, set())
+    pairs = mine_split(minilm, split, k=2, margin="ratio", retrieval="max", batch_size=8)
+    mined = {(int(s), int(t)): float(v) for s, t, v in zip(pairs.src, pairs.tgt, pairs.scores)}
+    assert {(0, 1), (0, 3), (1, 1), (1, 3), (2, 0)} <= set(mined)
+    assert len({mined[pair] for pair in ((0, 1), (0, 3), (1, 1), (1, 3))}) == 1  # one text pair, one score
+
+
+def test_a_folder_mixing_layouts_is_refused_before_anything_is_encoded(tmp_path):
+    write_hidden_copies(tmp_path)  # xx: train/test
+    for split in ("sample", "training"):
+        for side in ("yy", "en", "gold"):
+            (tmp_path / f"yy-en.{split}.{side}").write_text("", encoding="utf-8")
+    with pytest.raises(XdistillError, match=r"mixes split layouts"):
+        evaluate_bitext_mining(None, tmp_path, ["xx", "yy"])  # no encoder: nothing may be encoded first
+
+
 def test_a_bucc_dir_without_files_of_the_languages_is_an_error(tmp_path, mirror_dir):
     from xdistill.errors import XdistillError
     from xdistill.evaluation.base import EvaluationContext

@@ -166,6 +166,17 @@ def test_vectorised_one_to_one_equals_the_sequential_rule():
     assert list(zip(vectorised.src.tolist(), vectorised.tgt.tolist())) == sequential
 
 
+def test_one_to_one_on_a_chain_of_conflicts_is_the_sequential_rule():
+    # (x0,y0) > (x1,y0) > (x1,y1) > (x2,y1) > ...: each round settles a single pair, so after the
+    # vectorised rounds the sequential loop finishes the chain (20,000 rounds took ~10 s)
+    n = 20_000
+    src = np.arange(2 * n - 1) // 2 + np.arange(2 * n - 1) % 2
+    tgt = np.arange(2 * n - 1) // 2
+    scores = np.linspace(1.0, 0.0, 2 * n - 1, dtype=np.float32)
+    chosen = greedy_one_to_one(MinedPairs(src, tgt, scores))
+    assert list(zip(chosen.src.tolist(), chosen.tgt.tolist())) == [(i, i) for i in range(n)]
+
+
 def test_mine_embeddings_recovers_noisy_translations():
     rng = np.random.default_rng(2)
     src = rng.normal(size=(500, 24)).astype(np.float32)

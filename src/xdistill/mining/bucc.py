@@ -124,10 +124,33 @@ def evaluate_split_pairs(
 
 def mine_split(encoder: Encoder, split: BuccSplit, *, k: int, margin: str, retrieval: str,
                batch_size: int) -> MinedPairs:
-    """Embed both sides of a split and mine xx->en candidates."""
-    xx = encoder.encode(split.xx_sentences, batch_size=batch_size, show_progress_bar=False)
-    en = encoder.encode(split.en_sentences, batch_size=batch_size, show_progress_bar=False)
-    return mine_embeddings(np.asarray(xx), np.asarray(en), k=k, margin=margin, retrieval=retrieval)
+    """Embed both sides of a split and mine xx->en candidates (row pairs of the split).
+
+    As LASER's BUCC script (``--unify``): each side's distinct texts are mined, and a mined text pair
+    stands for every id pair sharing those texts. Mining the copies of a repeated sentence as rows of
+    their own would fill each other's k-NN lists and leave all but one of them unpaired.
+    """
+    xx_texts, xx_rows = _distinct_texts(split.xx_sentences)
+    en_texts, en_rows = _distinct_texts(split.en_sentences)
+    xx = encoder.encode(xx_texts, batch_size=batch_size, show_progress_bar=False)
+    en = encoder.encode(en_texts, batch_size=batch_size, show_progress_bar=False)
+    mined = mine_embeddings(np.asarray(xx), np.asarray(en), k=k, margin=margin, retrieval=retrieval)
+    src, tgt, scores = [], [], []
+    for x, e, score in zip(mined.src.tolist(), mined.tgt.tolist(), mined.scores.tolist()):
+        for row_x in xx_rows[x]:
+            for row_e in en_rows[e]:
+                src.append(row_x)
+                tgt.append(row_e)
+                scores.append(score)
+    return MinedPairs(np.array(src, np.int64), np.array(tgt, np.int64), np.array(scores, np.float32))
+
+
+def _distinct_texts(sentences: Sequence[str]) -> tuple[list[str], list[list[int]]]:
+    """The distinct sentences in first-seen order, and for each the rows that hold it."""
+    rows: dict[str, list[int]] = {}
+    for row, sentence in enumerate(sentences):
+        rows.setdefault(sentence, []).append(row)
+    return list(rows), list(rows.values())
 
 
 def evaluate_bitext_mining(
@@ -154,9 +177,11 @@ def evaluate_bitext_mining(
         raise XdistillError(f"{benchmark_dir}: bitext-mining benchmark folder not found")
     per_language: dict[str, dict[str, float]] = {}
     skipped: dict[str, str] = {}
-    layouts = set()
-    for language in languages:
-        layout = split_layout(benchmark_dir, language)
+    found = {language: split_layout(benchmark_dir, language) for language in languages}
+    layouts = {layout for layout in found.values() if layout is not None}
+    if len(layouts) > 1:  # before any encoding: a mixed folder is a mistake, not a long run's end
+        raise XdistillError(f"{benchmark_dir}: mixes split layouts {sorted(layouts)}; one benchmark, one layout")
+    for language, layout in found.items():
         if layout is None:
             missing = [str(p) for split in SPLIT_LAYOUTS[0] for p in bucc_paths(benchmark_dir, language, split).values()
                        if not p.is_file()]
@@ -164,7 +189,6 @@ def evaluate_bitext_mining(
                                  f"{language}-en.sample.* and {language}-en.training.*)")
             logger.warning("bitext mining: skipping %s (%s)", language, skipped[language])
             continue
-        layouts.add(layout)
         runs = []
         for split_name in layout:
             split = read_bucc_split(benchmark_dir, language, split_name)
@@ -175,8 +199,6 @@ def evaluate_bitext_mining(
                     per_language[language]["precision"], per_language[language]["recall"])
     average = {name: float(np.mean([m[name] for m in per_language.values()])) if per_language else float("nan")
                for name in ("precision", "recall", "f1")}
-    if len(layouts) > 1:
-        raise XdistillError(f"{benchmark_dir}: mixes split layouts {sorted(layouts)}; one benchmark, one layout")
     tune, test = layouts.pop() if layouts else SPLIT_LAYOUTS[0]
     return {"languages": per_language, "average": average, "skipped": skipped,
             "settings": {"k": k, "margin": margin, "retrieval": retrieval, "tune_split": tune, "test_split": test}}

@@ -18,7 +18,8 @@ Candidates are the k nearest neighbours in both directions. Retrieval picks pair
 
 Everything is array arithmetic: no Python loop runs per sentence or per candidate (the
 one-to-one selection of ``max`` loops over rounds, each round resolving every conflict-free
-pair at once; see :func:`greedy_one_to_one`).
+pair at once, and hands chains of conflicts that would take many rounds to a sequential loop; see
+:func:`greedy_one_to_one`).
 """
 
 from __future__ import annotations
@@ -145,13 +146,17 @@ def sort_pairs(src: np.ndarray, tgt: np.ndarray, scores: np.ndarray) -> MinedPai
     return MinedPairs(src[order], tgt[order], scores[order])
 
 
+VECTORISED_ROUNDS = 16  # random candidates settle in ~4 rounds; past this, conflicts chain (see below)
+
+
 def greedy_one_to_one(pairs: MinedPairs) -> MinedPairs:
     """Keep pairs one-to-one, highest score first (the result of LASER's sequential loop).
 
     Sequential rule: walk the pairs by decreasing score, keep a pair when neither its source nor
     its target is already used. Vectorised by rounds: a pair that ranks first among the
     remaining pairs of its source *and* of its target is kept by the sequential rule too, so each
-    round keeps all such pairs at once and drops the remaining pairs that touch them.
+    round keeps all such pairs at once and drops the remaining pairs that touch them. After
+    ``VECTORISED_ROUNDS`` rounds the rest goes through the sequential loop.
     """
     pairs = sort_pairs(pairs.src, pairs.tgt, pairs.scores)
     # identical (src, tgt) candidates found in both directions carry the same score: keep one
@@ -160,7 +165,9 @@ def greedy_one_to_one(pairs: MinedPairs) -> MinedPairs:
     src, tgt = pairs.src[rank], pairs.tgt[rank]
     alive = np.ones(len(rank), bool)
     kept = np.zeros(len(rank), bool)
-    while alive.any():
+    for _ in range(VECTORISED_ROUNDS):
+        if not alive.any():
+            break
         live = np.flatnonzero(alive)  # ascending position = descending score
         best_of_src = _first_per_group(src[live])
         best_of_tgt = _first_per_group(tgt[live])
@@ -171,8 +178,25 @@ def greedy_one_to_one(pairs: MinedPairs) -> MinedPairs:
         used_src[src[winners]] = True
         used_tgt[tgt[winners]] = True
         alive &= ~(used_src[src] | used_tgt[tgt])
+    _sequential_rule(src, tgt, alive, kept)
     chosen = rank[kept]
     return MinedPairs(pairs.src[chosen], pairs.tgt[chosen], pairs.scores[chosen])
+
+
+def _sequential_rule(src: np.ndarray, tgt: np.ndarray, alive: np.ndarray, kept: np.ndarray) -> None:
+    """The sequential rule on the pairs still ``alive`` (in score order), marking them in ``kept``.
+
+    Rounds left over happen only where conflicts chain (each pair outranked on one side by the
+    next): a round then settles one pair, and this loop is cheaper than the remaining rounds.
+    """
+    used_src: set[int] = set()
+    used_tgt: set[int] = set()
+    for position in np.flatnonzero(alive).tolist():
+        source, target = int(src[position]), int(tgt[position])
+        if source not in used_src and target not in used_tgt:
+            kept[position] = True
+            used_src.add(source)
+            used_tgt.add(target)
 
 
 def _first_per_group(keys: np.ndarray) -> np.ndarray:
