@@ -245,6 +245,27 @@ def test_objective_any_subset(active: tuple[str, ...]):
     assert last < first
 
 
+def test_objective_is_float32_under_bf16_autocast():
+    # bf16 cosines step by ~0.004 near 1: the duplicate mask would take a near-paraphrase (teacher cosine
+    # 0.999) for a copy, and cosines / T would carry rounding noise. Under autocast the losses must not move.
+    torch.manual_seed(3)
+    teacher = torch.randn(8, 16)
+    teacher[1] = teacher[0] + 0.03 * torch.randn(16)  # a different sentence, very close
+    s, g = torch.randn(8, 16), torch.randn(8, 16)
+    weights = {"mse": 1.0, "feature_distillation": 0.0, "logit_distillation": 1.0, "additive_margin_softmax": 1.0,
+               "similarity_ranking": 1.0}
+    objective = DistillationObjective(weights, student_dim=16, teacher_dim=16)
+    _, exact = objective(s, g, teacher)
+    with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        _, autocast = objective(s.bfloat16(), g.bfloat16(), teacher)
+    s16, g16 = s.bfloat16().float(), g.bfloat16().float()  # the inputs' own rounding is the only difference
+    _, rounded_inputs = objective(s16, g16, teacher)
+    for name in exact:
+        assert autocast[name].dtype == torch.float32
+        assert autocast[name].item() == pytest.approx(rounded_inputs[name].item(), rel=1e-6), name
+    assert not same_source_mask(teacher)[0, 1]
+
+
 def test_objective_rejects_bad_configs():
     with pytest.raises(XdistillError, match="feature_distillation"):
         DistillationObjective({"mse": 1.0}, student_dim=128, teacher_dim=384)

@@ -135,6 +135,39 @@ def _pairs(path: Path) -> list[tuple[str, str]]:
         return [tuple(line.split("\t")[:2]) for line in handle]
 
 
+def test_a_low_dimensional_head_fits_on_fewer_rows_than_its_dimension(setup: dict[str, Path]) -> None:
+    """20 pairs (40 rows) span at most 40 principal axes of a 128-d head: the rest of its basis is completed
+    (it used to stop on a tensor-size mismatch)."""
+    from xdistill.training.alignment import align_head_to_teacher
+    from xdistill.training.batches import Featurizer, TokenizedPairs
+    from xdistill.training.student import StudentConfig, build_student, output_dense
+
+    pairs = _pairs(setup["train"])[:20]
+    student = build_student(StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, output_dim=128,
+                                          align_to_teacher=True), seed=1, teacher_dim=384)
+    ids = [student.tokenizer(t)["input_ids"] for pair in pairs for t in pair[:1]]
+    teacher = torch.nn.functional.normalize(torch.randn(len(ids), 384, generator=torch.Generator().manual_seed(0)),
+                                            dim=-1)
+    align_head_to_teacher(student, torch.nn.Module(), Featurizer(student, torch.device("cpu")),
+                          TokenizedPairs(ids, ids, teacher), n_pairs=20, batch_size=8)
+    weight = output_dense(student).linear.weight.detach().double()  # [128, 384], orthonormal rows
+    torch.testing.assert_close(weight @ weight.T, torch.eye(128, dtype=torch.float64), atol=1e-5, rtol=0)
+
+
+def test_lora_students_are_interpolated_on_the_straight_line() -> None:
+    """The low-rank update B A at alpha is alpha * B1 A1 (B starts at zero), not a product of two mixtures."""
+    from xdistill.training.interpolation import interpolate_states
+
+    generator = torch.Generator().manual_seed(0)
+    a_name, b_name = "encoder.layer.0.query.lora_A.default.weight", "encoder.layer.0.query.lora_B.default.weight"
+    start = {a_name: torch.randn(4, 16, generator=generator), b_name: torch.zeros(16, 4), "bias": torch.zeros(16)}
+    end = {a_name: torch.randn(4, 16, generator=generator), b_name: torch.randn(16, 4, generator=generator),
+           "bias": torch.ones(16)}
+    mixed = interpolate_states(start, end, 0.25)
+    torch.testing.assert_close(mixed[b_name] @ mixed[a_name], 0.25 * end[b_name] @ end[a_name])
+    torch.testing.assert_close(mixed["bias"], torch.full((16,), 0.25))
+
+
 def test_ridge_map_recovers_an_affine_teacher_exactly() -> None:
     from xdistill.training.alignment import ridge_map
 

@@ -242,6 +242,13 @@ def test_params_are_validated() -> None:
         TrainParams.from_params({"autocast_bf16": "cpu"})
     with pytest.raises(XdistillError, match="runtime"):
         RuntimeSettings(log_every=0)
+    with pytest.raises(XdistillError, match="early_stopping_patience must be >= 1 or null"):
+        TrainParams.from_params({"early_stopping_patience": 0})
+    assert TrainParams.from_params({"early_stopping_patience": None}).early_stopping_patience is None
+    with pytest.raises(XdistillError, match="max_grad_norm must be > 0, got 0"):
+        TrainParams.from_params({"max_grad_norm": 0})
+    with pytest.raises(XdistillError, match="align_pairs must be >= 1"):
+        TrainParams.from_params({"align_pairs": 0})
 
 
 def test_checkpoint_of_other_settings_is_ignored(tmp_path: Path) -> None:
@@ -395,6 +402,20 @@ def test_collapse_guard_fails_loud(setup: dict[str, Path], tmp_path: Path) -> No
     assert collapse.threshold == TrainParams.from_params(params).collapse_threshold
     assert collapse.mean_cosine > collapse.threshold
     assert not (tmp_path / "student").exists()
+
+
+def test_a_best_checkpoint_counts_only_once_the_loop_state_names_it(tmp_path: Path) -> None:
+    # killed between writing a new best and last.pt: the resumed state (best step 4) disowns step 8's
+    ckpt.save_checkpoint(tmp_path, ckpt.BEST, {"step": 4, "model": {"w": torch.zeros(1)}})
+    ckpt.save_checkpoint(tmp_path, ckpt.BEST_PENDING, {"step": 8, "model": {"w": torch.ones(1)}})
+    ckpt.settle_best(tmp_path, best_step=4)
+    assert not (tmp_path / ckpt.BEST_PENDING).exists()
+    assert torch.load(tmp_path / ckpt.BEST, weights_only=False)["step"] == 4
+    # last.pt written after the new best (its state names step 12): the pending one becomes best.pt
+    ckpt.save_checkpoint(tmp_path, ckpt.BEST_PENDING, {"step": 12, "model": {"w": torch.ones(1)}})
+    ckpt.settle_best(tmp_path, best_step=12)
+    assert torch.load(tmp_path / ckpt.BEST, weights_only=False)["step"] == 12
+    assert not (tmp_path / ckpt.BEST_PENDING).exists()
 
 
 def test_divergence_stops_before_the_weights_turn_nan(setup: dict[str, Path], tmp_path: Path) -> None:

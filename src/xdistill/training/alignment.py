@@ -234,7 +234,9 @@ def _principal_axes_head(linear: nn.Linear, unit: torch.Tensor, teacher: torch.T
     out_dim = linear.weight.shape[0]
     # principal axes of the centred embeddings: the common direction every embedding shares
     # carries no information and gets no axis
-    _, _, vt = torch.linalg.svd(unit - unit.mean(dim=0), full_matrices=False)
+    # fewer fitted rows than out_dim span fewer axes: then the basis is completed (axes without the
+    # sample's variance), as teacher_principal_axes does
+    _, _, vt = torch.linalg.svd(unit - unit.mean(dim=0), full_matrices=len(unit) < out_dim)
     axes = vt[:out_dim].T  # [in, k]
     _set_linear(linear, axes.T, torch.zeros(out_dim, dtype=torch.float64))
     if projection is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import random
 import shutil
 from pathlib import Path
@@ -27,6 +28,21 @@ logger = logging.getLogger(__name__)
 
 LAST = "last.pt"
 BEST = "best.pt"
+# A new best is written here first and becomes best.pt only once last.pt (whose loop state names
+# the best step) is written too: a kill in between never leaves a best.pt the resumed state disowns.
+BEST_PENDING = "best.pending.pt"
+
+
+def settle_best(directory: Path, best_step: int) -> None:
+    """Make a pending best checkpoint ``best.pt`` when it is the step the loop state calls best
+    (the state was saved after it); otherwise it is an orphan of a killed run and goes."""
+    pending = directory / BEST_PENDING
+    if not pending.is_file():
+        return
+    if torch.load(pending, map_location="cpu", weights_only=False).get("step") == best_step:
+        os.replace(pending, directory / BEST)
+    else:
+        pending.unlink()
 
 
 def run_fingerprint(parts: dict[str, Any]) -> str:

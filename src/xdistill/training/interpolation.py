@@ -28,7 +28,12 @@ from xdistill.training.student import load_trainable_state_dict, output_dense
 
 def interpolate_states(start: Mapping[str, torch.Tensor], end: Mapping[str, torch.Tensor],
                        alpha: float) -> dict[str, torch.Tensor]:
-    """``(1 - alpha) * start + alpha * end`` for every floating-point tensor (others taken from ``end``)."""
+    """``(1 - alpha) * start + alpha * end`` for every floating-point tensor (others taken from ``end``).
+
+    LoRA factors are the exception: the update ``B A`` is what lies on the line. With ``B`` zero at the
+    start (peft's initialisation), mixing both factors would give ``a B1 ((1 - a) A0 + a A1)``; keeping
+    the trained ``A1`` gives ``a B1 A1``, the straight line's point.
+    """
     if set(start) != set(end):
         missing = sorted(set(start) ^ set(end))[:5]
         raise XdistillError(f"cannot interpolate two students with different weights (e.g. {missing})")
@@ -37,8 +42,14 @@ def interpolate_states(start: Mapping[str, torch.Tensor], end: Mapping[str, torc
         first = start[name]
         if first.shape != final.shape:
             raise XdistillError(f"cannot interpolate {name}: shapes {tuple(first.shape)} vs {tuple(final.shape)}")
-        mixed[name] = torch.lerp(first, final, alpha) if final.is_floating_point() else final.clone()
+        if not final.is_floating_point() or (LORA_A in name and not torch.any(start[name.replace(LORA_A, LORA_B)])):
+            mixed[name] = final.clone()
+        else:
+            mixed[name] = torch.lerp(first, final, alpha)
     return mixed
+
+
+LORA_A, LORA_B = ".lora_A.", ".lora_B."  # peft's names of a low-rank update's factors (delta = B A)
 
 
 def check_alphas(alphas: Sequence[float]) -> list[float]:

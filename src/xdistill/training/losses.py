@@ -246,8 +246,14 @@ class DistillationObjective(nn.Module):
 
     def forward(self, student_src: Tensor, student_tgt: Tensor,
                 teacher_src: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        # Losses in float32 even under bf16 autocast: cosines / T and scale * cosines need the precision.
-        student_src, student_tgt, teacher_src = student_src.float(), student_tgt.float(), teacher_src.float()
+        # Losses in float32 even under bf16 autocast: cosines / T, scale * cosines and the duplicate mask
+        # (teacher cosine > 0.9999) need the precision. `.float()` alone is not enough: autocast would
+        # still run every matmul and the projection in bf16 (steps of ~0.004 near cosine 1).
+        with torch.autocast(device_type=student_src.device.type, enabled=False):
+            return self._losses(student_src.float(), student_tgt.float(), teacher_src.float())
+
+    def _losses(self, student_src: Tensor, student_tgt: Tensor,
+                teacher_src: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         parts: dict[str, Tensor] = {}
         if self.config.mse > 0:
             parts["mse"] = mse_distillation_loss(student_src, student_tgt, teacher_src)

@@ -84,8 +84,14 @@ class TrainParams:
         if self.autocast_bf16 not in AUTOCAST_MODES:
             raise XdistillError(f"params train.autocast_bf16 must be one of {', '.join(AUTOCAST_MODES)}, "
                                 f"got {self.autocast_bf16!r}")
-        if self.eval_every < 1 or self.checkpoint_every < 1:
-            raise XdistillError("params train: eval_every and checkpoint_every must be >= 1")
+        if self.eval_every < 1 or self.checkpoint_every < 1 or self.align_pairs < 1:
+            raise XdistillError("params train: eval_every, checkpoint_every and align_pairs must be >= 1")
+        if self.early_stopping_patience is not None and self.early_stopping_patience < 1:
+            # 0 would stop at the first evaluation even when it improved
+            raise XdistillError(f"params train.early_stopping_patience must be >= 1 or null (never stop early), "
+                                f"got {self.early_stopping_patience}")
+        if not self.max_grad_norm > 0:  # clipping to norm 0 zeroes every gradient
+            raise XdistillError(f"params train.max_grad_norm must be > 0, got {self.max_grad_norm}")
         DevScoreWeights.from_params(self.dev_score_weights)
         if self.dev_mining_threshold not in DEV_MINING_THRESHOLDS:
             raise XdistillError(f"params train.dev_mining_threshold must be one of {', '.join(DEV_MINING_THRESHOLDS)}, "

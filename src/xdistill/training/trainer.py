@@ -294,6 +294,8 @@ def _train(run: _Run) -> TrainResult:
     checkpoint = ckpt.load_checkpoint(outputs.checkpoint_dir, ckpt.LAST, run.fingerprint)
     if checkpoint is not None:
         resumed_from = _restore(checkpoint, run.student, run.objective, optimizer, scheduler, state, ctx)
+        if ctx.is_main:  # a best written just before a kill: kept only if the restored state knows it
+            ckpt.settle_best(outputs.checkpoint_dir, state.best_step)
         logger.info("resuming from %s at step %d", outputs.checkpoint_dir / ckpt.LAST, resumed_from)
     else:
         if ctx.is_main:
@@ -446,7 +448,7 @@ def _run_loop(run: _Run, wrapped: nn.Module, optimizer, scheduler, stream: Batch
     log_every = run.runtime.log_every
     trainable = [p for p in run.module.parameters() if p.requires_grad]
     wrapped.train()
-    window_start, window_pairs = time.perf_counter(), 0
+    window_start, window_pairs, window_steps = time.perf_counter(), 0, 0  # a resumed run's first window is short
     window_parts: dict[str, float] = {}
     while state.step < params.steps and not state.stopped_early:
         step_start = time.perf_counter()
@@ -474,10 +476,10 @@ def _run_loop(run: _Run, wrapped: nn.Module, optimizer, scheduler, stream: Batch
         state.pairs_seen += params.batch_size
         state.train_seconds += time.perf_counter() - step_start
         window_pairs += params.batch_size
+        window_steps += 1
 
         if state.step % log_every == 0 or state.step == params.steps:
-            steps_in_window = log_every if state.step % log_every == 0 else state.step % log_every
-            averaged = ctx.mean({k: v / steps_in_window for k, v in window_parts.items()})
+            averaged = ctx.mean({k: v / window_steps for k, v in window_parts.items()})
             elapsed = time.perf_counter() - window_start
             rate = window_pairs / max(elapsed, 1e-9)
             row = {"step": state.step, "kind": "train", "lr": scheduler.get_last_lr()[0],
@@ -487,7 +489,7 @@ def _run_loop(run: _Run, wrapped: nn.Module, optimizer, scheduler, stream: Batch
             if ctx.is_main:
                 logger.info("step %d/%d  loss %.5f  lr %.2e  %.1f pairs/s  eta %.0f s",
                             state.step, params.steps, averaged.get("loss", float("nan")), row["lr"], rate, eta)
-            window_start, window_pairs, window_parts = time.perf_counter(), 0, {}
+            window_start, window_pairs, window_steps, window_parts = time.perf_counter(), 0, 0, {}
 
         evaluated = False
         if state.step % params.eval_every == 0 or state.step == params.steps:
@@ -495,7 +497,7 @@ def _run_loop(run: _Run, wrapped: nn.Module, optimizer, scheduler, stream: Batch
             improved = _record_eval(state, params, state.step, metrics)
             check_collapse(metrics, params.collapse_threshold, state.step)
             if improved and ctx.is_main:
-                ckpt.save_checkpoint(outputs.checkpoint_dir, ckpt.BEST, {
+                ckpt.save_checkpoint(outputs.checkpoint_dir, ckpt.BEST_PENDING, {
                     "fingerprint": run.fingerprint, "step": state.step, "model": trainable_state_dict(run.student)})
             patience = params.early_stopping_patience
             if patience is not None and state.evals_without_improvement >= patience:
@@ -507,6 +509,8 @@ def _run_loop(run: _Run, wrapped: nn.Module, optimizer, scheduler, stream: Batch
         if evaluated or state.step % params.checkpoint_every == 0:
             _save_last(outputs.checkpoint_dir, run.fingerprint, run.student, run.objective, optimizer, scheduler,
                        state, ctx)
+            if ctx.is_main:
+                ckpt.settle_best(outputs.checkpoint_dir, state.best_step)
 
 
 def _record_eval(state: _LoopState, params: TrainParams, step: int, metrics: dict[str, float]) -> bool:

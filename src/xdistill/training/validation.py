@@ -302,7 +302,9 @@ def _dev_mining_task(src: np.ndarray, tgt: np.ndarray, gold_share: float,
     rest = np.arange(n_gold, n)
     translations = np.concatenate([np.arange(n_gold), rest[: len(rest) // 2]])
     sources = np.concatenate([np.arange(n_gold), rest[len(rest) // 2 :]])
-    mined = mine_embeddings(l2_normalise(tgt[translations]), l2_normalise(src[sources]), k=min(k, n_gold), margin="ratio",
+    # k neighbours as the FLORES benchmark has, whatever the gold count (with k = 1 every mutual nearest
+    # neighbour's ratio margin is exactly 1 and no threshold separates them); the search caps k at the pool
+    mined = mine_embeddings(l2_normalise(tgt[translations]), l2_normalise(src[sources]), k=k, margin="ratio",
                             retrieval="max")
     is_gold = (mined.src == mined.tgt) & (mined.src < n_gold)  # gold rows share their index on both sides
     return mined.scores, is_gold, n_gold
