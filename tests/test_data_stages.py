@@ -374,6 +374,17 @@ def test_stsb_train_split_is_trained_on_only_with_its_decontamination_off(tmp_pa
     assert first.sentence1 in {r[0] for r in train}
 
 
+def test_without_a_cap_every_language_gives_its_pairs_times_the_weight():
+    """max_train_pairs null: a source's pairs x its weight per language, not the source's total split
+    evenly over its languages (which doubled a small language and dropped pairs of a large one)."""
+    from xdistill.data.parallel import ParallelConfig, _plan
+
+    source = {"name": "news", "format": "moses", "files": "train/news.{lang}.gz", "weight": 0.5}
+    config = ParallelConfig.from_params({"sources": [source], "max_train_pairs": None, "max_repeats": 3})
+    assert _plan(config, {}, {("news", "de"): 1_000_000, ("news", "ar"): 1_000}) == {
+        ("news", "de"): 500_000, ("news", "ar"): 500}
+
+
 def test_missing_source_file_and_bad_source_config_fail_clearly(tmp_path, tiny_raw):
     raw, _ = tiny_raw
     missing = {"name": "multi30k", "format": "moses", "languages": ["de"], "files": "train/multi30k/train.{lang}.gz"}

@@ -152,6 +152,10 @@ def test_stsb_multi_mt_reader_handles_quoted_commas(tmp_path: Path):
         handle.write('a,b,1.0\n"unclosed,b,2.0\n' + "x" * 200_000 + "\n")
     with pytest.raises(InputFileError, match=r"stsb-en-test.csv:2: malformed CSV .*unclosed quote"):
         read_stsb_multi_mt(path)
+    for score in ("nan", "inf", "-0.5", "5.2"):  # NaN would make the set's Spearman NaN, dropped from averages
+        path.write_text(f"a,b,1.0\nc,d,{score}\n", encoding="utf-8")
+        with pytest.raises(InputFileError, match=rf"stsb-en-test.csv:2: score {score} outside 0-5"):
+            read_stsb_multi_mt(path)
 
 
 def test_stsb_crosslingual_sets_pair_english_with_translations(mirror_dir: Path):
@@ -304,6 +308,22 @@ def test_a_bucc_dir_outside_the_staged_evaluation_data_is_refused(tmp_path: Path
                                                "mining_flores": False}, ["de"])
     with prepared_inputs(tmp_path / "raw", settings, None) as inputs:
         assert inputs.bucc_dir == eval_dir / "bucc2018"
+
+
+def test_dev_pairs_are_spread_over_every_corpus_of_a_language(tmp_path: Path):
+    # the parallel stage writes a language's dev pairs corpus by corpus: the first 4 would all be captions
+    from xdistill.data.parallel_tsv import write_parallel_tsv
+    from xdistill.evaluation.dev import dev_pairs_by_language
+
+    rows = [(f"{corpus} source {i}.", f"{corpus} Quelle {i}.", "de", corpus)
+            for corpus in ("multi30k", "tatoeba", "news") for i in range(4)]
+    rows.append(("A lone pair.", "Ein Satz.", "es", "news"))
+    path = tmp_path / "dev.tsv.gz"
+    write_parallel_tsv(path, rows)
+    pairs = dev_pairs_by_language(path, ["de", "es", "tr"], max_pairs=4)
+    assert sorted(pairs) == ["de", "es"] and pairs["es"] == (["A lone pair."], ["Ein Satz."])
+    assert {source.split()[0] for source in pairs["de"][0]} == {"multi30k", "tatoeba", "news"}
+    assert dev_pairs_by_language(path, ["de"])["de"][0] == [row[0] for row in rows[:12]]  # no cap: every pair
 
 
 def test_prepared_inputs_build_the_flores_mining_benchmark(tmp_path: Path, mirror_dir: Path):

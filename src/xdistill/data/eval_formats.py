@@ -94,10 +94,15 @@ class STSbRow:
 
 
 def _score(path: Path, text: str, number: int) -> float:
+    """A gold similarity score: a number in 0-5 (as :func:`read_sts_gold` requires; NaN or inf would
+    turn a whole set's Spearman into NaN, and the averages would drop the set without a word)."""
     try:
-        return float(text)
+        score = float(text)
     except ValueError:
         raise InputFileError(path, f"score is not a number: {text[:40]!r}", number) from None
+    if not 0.0 <= score <= 5.0:
+        raise InputFileError(path, f"score {text.strip()[:40]} outside 0-5", number)
+    return score
 
 
 def read_stsbenchmark(path: Path) -> list[STSbRow]:

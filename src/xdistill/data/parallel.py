@@ -228,6 +228,10 @@ def _count_available(spools, dev_keys, dev_sentences) -> tuple[dict[tuple[str, s
 def _plan(config: ParallelConfig, spools, available) -> dict[tuple[str, str], int]:
     per_source = {spec.name: sum(n for (c, _), n in available.items() if c == spec.name) for spec in config.sources}
     weights = {spec.name: spec.weight for spec in config.sources}
+    if config.max_train_pairs is None:
+        # no cap: every cleaned pair of every language x its source's weight (splitting a source's total
+        # evenly over its languages would repeat a small language and drop pairs of a large one)
+        return {key: min(round(n * weights[key[0]]), int(n * config.max_repeats)) for key, n in available.items()}
     targets = source_targets(per_source, weights, config.max_train_pairs, config.max_repeats)
     plan = {}
     for name, target in targets.items():

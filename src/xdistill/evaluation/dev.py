@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from xdistill.evaluation.sts import evenly_spaced
 from xdistill.evaluation.tatoeba import tatoeba_scores
 from xdistill.data.parallel_tsv import read_parallel_pairs
 
@@ -25,14 +26,21 @@ from xdistill.data.parallel_tsv import read_parallel_pairs
 def dev_pairs_by_language(
     dev_path: str | Path, languages: Sequence[str], max_pairs: int | None = None
 ) -> dict[str, tuple[list[str], list[str]]]:
-    """``{lang: (sources, translations)}``: the first ``max_pairs`` dev pairs of each configured language."""
+    """``{lang: (sources, translations)}``: ``max_pairs`` dev pairs of each configured language, spread
+    evenly over its pairs (the file lists a language's pairs corpus by corpus: the first ones would all
+    come from one corpus)."""
     pairs = read_parallel_pairs(dev_path)
     grouped: dict[str, tuple[list[str], list[str]]] = {lang: ([], []) for lang in languages}
     for source, translation, lang in zip(pairs.sources, pairs.translations, pairs.langs):
-        if lang in grouped and (max_pairs is None or len(grouped[lang][0]) < max_pairs):
+        if lang in grouped:
             grouped[lang][0].append(source)
             grouped[lang][1].append(translation)
-    return {lang: group for lang, group in grouped.items() if group[0]}
+    subsets = {}
+    for lang, (sources, translations) in grouped.items():
+        rows = evenly_spaced(len(sources), max_pairs) if max_pairs is not None and sources else range(len(sources))
+        if len(rows):
+            subsets[lang] = ([sources[i] for i in rows], [translations[i] for i in rows])
+    return subsets
 
 
 def mse_x100(reference: np.ndarray, predicted: np.ndarray) -> float:
