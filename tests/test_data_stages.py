@@ -223,6 +223,28 @@ def run_parallel(raw: Path, out: Path, **overrides) -> dict:
     )
 
 
+def test_the_train_and_dev_files_are_replaced_together(tmp_path, tiny_raw, monkeypatch):
+    """A run that fails while writing the dev file leaves the previous train file too: a new train file
+    beside an old dev file could hold the old dev pairs."""
+    import xdistill.data.parallel as parallel
+
+    raw, _ = tiny_raw
+    run_parallel(raw, tmp_path)
+    folder = tmp_path / "data/parallel"
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    real_write = parallel.write_parallel_tsv
+
+    def fail_on_dev(path, rows):
+        if ".dev.tsv.gz" in Path(path).name:
+            raise OSError("disk full")
+        real_write(path, rows)
+
+    monkeypatch.setattr(parallel, "write_parallel_tsv", fail_on_dev)
+    with pytest.raises(OSError, match="disk full"):
+        run_parallel(raw, tmp_path, seed=5)  # another seed: another sample, had it been written
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before  # no temporary left either
+
+
 def test_parallel_stage_outputs_report_and_decontamination(tmp_path, tiny_raw):
     raw, planted = tiny_raw
     report = run_parallel(raw, tmp_path)

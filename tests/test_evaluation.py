@@ -154,7 +154,7 @@ def test_stsb_multi_mt_reader_handles_quoted_commas(tmp_path: Path):
         read_stsb_multi_mt(path)
     for score in ("nan", "inf", "-0.5", "5.2"):  # NaN would make the set's Spearman NaN, dropped from averages
         path.write_text(f"a,b,1.0\nc,d,{score}\n", encoding="utf-8")
-        with pytest.raises(InputFileError, match=rf"stsb-en-test.csv:2: score {score} outside 0-5"):
+        with pytest.raises(InputFileError, match=rf"stsb-en-test.csv:2: gold score {score} outside 0-5"):
             read_stsb_multi_mt(path)
 
 

@@ -65,6 +65,18 @@ def read_sts_input(path: Path) -> list[tuple[str, str]]:
     return pairs
 
 
+def _score(path: Path, text: str, number: int) -> float:
+    """A gold similarity score of any STS format: a number in 0-5 (NaN or inf would turn a whole set's
+    Spearman into NaN, and the averages would drop the set without a word)."""
+    try:
+        score = float(text)
+    except ValueError:
+        raise InputFileError(path, f"gold score is not a number: {text[:40]!r}", number) from None
+    if not 0.0 <= score <= 5.0:
+        raise InputFileError(path, f"gold score {text.strip()[:40]} outside 0-5", number)
+    return score
+
+
 def read_sts_gold(path: Path) -> list[float | None]:
     """An STS gold file: one score (0-5) per line; an empty line is an unscored pair (None)."""
     scores: list[float | None] = []
@@ -73,13 +85,7 @@ def read_sts_gold(path: Path) -> list[float | None]:
         if not text:
             scores.append(None)
             continue
-        try:
-            score = float(text)
-        except ValueError:
-            raise InputFileError(path, f"gold score is not a number: {text[:40]!r}", number) from None
-        if not 0.0 <= score <= 5.0:
-            raise InputFileError(path, f"gold score {score} outside 0-5", number)
-        scores.append(score)
+        scores.append(_score(path, text, number))
     return scores
 
 
@@ -93,16 +99,6 @@ class STSbRow:
     score: float
 
 
-def _score(path: Path, text: str, number: int) -> float:
-    """A gold similarity score: a number in 0-5 (as :func:`read_sts_gold` requires; NaN or inf would
-    turn a whole set's Spearman into NaN, and the averages would drop the set without a word)."""
-    try:
-        score = float(text)
-    except ValueError:
-        raise InputFileError(path, f"score is not a number: {text[:40]!r}", number) from None
-    if not 0.0 <= score <= 5.0:
-        raise InputFileError(path, f"score {text.strip()[:40]} outside 0-5", number)
-    return score
 
 
 def read_stsbenchmark(path: Path) -> list[STSbRow]:

@@ -25,6 +25,7 @@ import logging
 import random
 import tempfile
 from collections import deque
+from contextlib import ExitStack
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ from xdistill.data.sampling import Reservoir, interleave, repeat_and_select, sou
 from xdistill.data.sources import SourceSpec, read_source
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
+from xdistill.io import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +139,11 @@ def build_parallel(
     checkers = Checkers(config.max_bad_share, display_root=raw_dir)
     cleaner = Cleaner(config.cleaning, evaluation_sentences(raw_dir, config.decontaminate_train_splits), languages)
     train_path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".spool-", dir=train_path.parent) as folder:
+    finals = (train_path, Path(dev_path), Path(dev_mining_path))
+    with tempfile.TemporaryDirectory(prefix=".spool-", dir=train_path.parent) as folder, ExitStack() as together:
+        # the three files replace the old ones together, on success only: a new train file beside an old
+        # dev file could hold its pairs
+        train_tmp, dev_tmp, mining_tmp = (together.enter_context(atomic_path(path)) for path in finals)
         spools, reservoirs, blocks = _clean_into_spools(config, raw_dir, languages, checkers, cleaner, Path(folder), rng)
         dev_rows = _dev_rows(reservoirs)
         block_rows = [item for key in sorted(blocks) for item in blocks[key]]
@@ -146,9 +152,9 @@ def build_parallel(
         dev_sentences = {decontamination_key(s) for _, row in held_rows for s in row[:2]}
         available, overlap = _count_available(spools, dev_keys, dev_sentences)
         plan = _plan(config, spools, available)
-        written = _write_train(train_path, spools, plan, available, dev_keys, dev_sentences, rng)
-    write_parallel_tsv(dev_path, (row for _, row in dev_rows))
-    write_parallel_tsv(dev_mining_path, (row for _, row in block_rows))
+        written = _write_train(train_tmp, spools, plan, available, dev_keys, dev_sentences, rng)
+        write_parallel_tsv(dev_tmp, (row for _, row in dev_rows))
+        write_parallel_tsv(mining_tmp, (row for _, row in block_rows))
     report = data_report.assemble(
         languages, config, cleaner, checkers, _count_by_source(dev_rows), overlap, available, written,
         _count_by_source(block_rows),
