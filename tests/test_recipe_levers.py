@@ -268,6 +268,11 @@ def test_interpolation_from_the_base_starts_at_the_base_itself(setup: dict[str, 
     # the untrained base is not in the teacher's space; the trained end is
     _, trained = _train(setup, tmp_path / "base1", interpolation=[1.0], interpolation_from="base", **common)
     assert not np.allclose(_encode(trained), _encode(base), atol=1e-3)
+    # a narrow (LEALLA) head cannot be the identity: refused before the first training step
+    narrow = {**common, "student": {**common["student"], "output_dim": 64, "head_fit": "procrustes"}}
+    with pytest.raises(XdistillError, match="interpolation_from: base needs a head at least as wide"):
+        _train(setup, tmp_path / "narrow", interpolation=[0.0, 1.0], interpolation_from="base", **narrow)
+    assert not (tmp_path / "narrow" / "ckpt" / "last.pt").exists()
 
 
 def test_export_rotation_moves_the_student_into_the_teacher_space_and_keeps_every_cosine(

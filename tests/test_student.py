@@ -120,3 +120,6 @@ def test_bad_student_options_fail_clearly(base: str) -> None:
         StudentConfig(base, keep_layers=2, layer_selection="last")
     with pytest.raises(XdistillError, match="unknown keys"):
         StudentConfig.from_params(base, {"layers": 2}, 64)
+    # set elsewhere (train.max_seq_length, models.student): refused, not silently overridden
+    with pytest.raises(XdistillError, match=r"params train.student: unknown keys \['max_seq_length', 'spec'\]"):
+        StudentConfig.from_params(base, {"max_seq_length": 256, "spec": "other"}, 64)

@@ -238,6 +238,11 @@ def test_params_are_validated() -> None:
         TrainParams.from_params({"interpolation_tolerance": -0.5})
     with pytest.raises(XdistillError, match="selection_metric"):
         TrainParams.from_params({"selection_metric": "dev_mse"})
+    with pytest.raises(XdistillError, match="selection_metric dev_sts needs STS dev pairs"):
+        TrainParams.from_params({"selection_metric": "dev_sts", "dev_sts_max_pairs": 0})
+    for key in ("max_seq_length", "eval_batch_size", "train_max_pairs", "dev_max_pairs"):
+        with pytest.raises(XdistillError, match=rf"params train.{key} must be >= 1"):
+            TrainParams.from_params({key: 0})
     with pytest.raises(XdistillError, match="autocast_bf16 must be one of cuda, auto, always, never, got 'cpu'"):
         TrainParams.from_params({"autocast_bf16": "cpu"})
     with pytest.raises(XdistillError, match="runtime"):
@@ -404,6 +409,28 @@ def test_collapse_guard_fails_loud(setup: dict[str, Path], tmp_path: Path) -> No
     assert not (tmp_path / "student").exists()
 
 
+def test_a_selection_metric_the_run_cannot_measure_is_refused_before_training(setup: dict[str, Path],
+                                                                              tmp_path: Path) -> None:
+    # dev_sts with no STS dev data is NaN at every evaluation: no checkpoint would ever be better, and the
+    # export would silently be the untrained start
+    params = tiny_train_params(selection_metric="dev_sts", interpolation=[0.0, 1.0])
+    outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
+    with pytest.raises(XdistillError, match="selection_metric dev_sts is nan for this run"):
+        train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
+                      str(setup["student"]), params, outputs, device="cpu", dev_sts_dir=None)
+    assert not (tmp_path / "ckpt" / ckpt.LAST).exists() and not (tmp_path / "student").exists()
+
+
+def test_wiseft_refuses_to_choose_by_a_metric_that_is_never_finite() -> None:
+    from xdistill.training.interpolation import choose_interpolation
+
+    student = torch.nn.Linear(2, 2)
+    state = {k: v.clone() for k, v in student.state_dict().items()}
+    with pytest.raises(XdistillError, match="dev_sts is not finite at any interpolation weight"):
+        choose_interpolation(student, state, state, [0.0, 1.0], lambda: {"dev_sts": float("nan")},
+                             lambda value, best: value > best, "dev_sts", tolerance=0.5)
+
+
 def test_a_best_checkpoint_counts_only_once_the_loop_state_names_it(tmp_path: Path) -> None:
     # killed between writing a new best and last.pt: the resumed state (best step 4) disowns step 8's
     ckpt.save_checkpoint(tmp_path, ckpt.BEST, {"step": 4, "model": {"w": torch.zeros(1)}})
@@ -416,6 +443,16 @@ def test_a_best_checkpoint_counts_only_once_the_loop_state_names_it(tmp_path: Pa
     ckpt.settle_best(tmp_path, best_step=12)
     assert torch.load(tmp_path / ckpt.BEST, weights_only=False)["step"] == 12
     assert not (tmp_path / ckpt.BEST_PENDING).exists()
+
+
+def test_the_training_loop_settles_the_best_it_just_wrote_without_reading_it_back(tmp_path: Path) -> None:
+    # the loop passes the step it wrote: the (large) file is renamed, never loaded; these bytes would not load
+    (tmp_path / ckpt.BEST_PENDING).write_bytes(b"not a torch file")
+    ckpt.settle_best(tmp_path, best_step=20, pending_step=20)
+    assert (tmp_path / ckpt.BEST).read_bytes() == b"not a torch file"
+    (tmp_path / ckpt.BEST_PENDING).write_bytes(b"an older step")
+    ckpt.settle_best(tmp_path, best_step=20, pending_step=16)
+    assert not (tmp_path / ckpt.BEST_PENDING).exists() and (tmp_path / ckpt.BEST).read_bytes() == b"not a torch file"
 
 
 def test_divergence_stops_before_the_weights_turn_nan(setup: dict[str, Path], tmp_path: Path) -> None:
@@ -497,6 +534,33 @@ def test_head_to_a_wider_teacher_is_a_semi_orthogonal_procrustes_map(setup: dict
     assert aligned.shape == (len(SENTENCES), 768)
     torch.testing.assert_close(aligned, own @ rotation.T, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(aligned @ aligned.T, own @ own.T, atol=1e-5, rtol=1e-4)  # cosines kept
+
+
+def test_head_to_a_narrower_teacher_is_fitted_to_the_teacher_not_to_the_students_own_axes(
+        setup: dict[str, Path]) -> None:
+    """384-d student, 256-d teacher, output_dim null: the 384 -> 256 head is the Procrustes map onto the
+    teacher (a low-dimensional LEALLA head would take the student's own principal axes and ignore it)."""
+    from xdistill.training.alignment import align_head_to_teacher, head_bypassed
+    from xdistill.training.batches import Featurizer, encode_token_ids
+    from xdistill.training.student import StudentConfig, build_student, head_dimension
+
+    config = StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, align_to_teacher=True,
+                           max_seq_length=32)
+    assert head_dimension(config, 384, 256) == 256
+    student = build_student(config, seed=1, teacher_dim=256)
+    featurize = Featurizer(student, torch.device("cpu"))
+    ids = [student.tokenizer(s)["input_ids"] for s in SENTENCES]
+    with head_bypassed(student):
+        own = encode_token_ids(student, featurize, ids, 16).double()
+    columns, _ = torch.linalg.qr(torch.randn(384, 256, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
+    teacher = torch.nn.functional.normalize(own @ columns)
+    pairs = _tokenized(student, SENTENCES, teacher.float())
+    mse = align_head_to_teacher(student, torch.nn.Module(), featurize, pairs, n_pairs=64, batch_size=16)
+    assert np.isfinite(mse) and mse < 1e-3
+    # the student now gives the teacher's vectors (12 distinct sentences: the map itself is not unique)
+    aligned = encode_token_ids(student, featurize, ids, 16).double()
+    assert aligned.shape == teacher.shape
+    assert torch.nn.functional.cosine_similarity(aligned, teacher).min() > 0.95
 
 
 def test_rotation_returns_what_the_rotated_student_now_gives_its_fit_sample(setup: dict[str, Path]) -> None:

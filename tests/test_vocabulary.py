@@ -16,6 +16,7 @@ from xdistill.models.vocabulary import (
     corpus_texts,
     tokenisation_agreement,
     trim_vocabulary,
+    vocabulary_digest,
 )
 from xdistill.models.backbone import transformer_backbone
 from xdistill.training.student import StudentConfig, build_student, save_student
@@ -47,6 +48,21 @@ def students(project: Path, tmp_path_factory):
         patch.chdir(project)  # `corpus` reads data/parallel and data/raw of the project, as in dvc.yaml
         trimmed = tiny_e5_student(vocabulary="corpus")
     return full, trimmed
+
+
+def test_a_corpus_vocabulary_reads_the_runs_own_files_wherever_the_process_runs(
+        project: Path, students, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.lightweight_helpers import E5_SPEC
+
+    _, trimmed = students
+    monkeypatch.chdir(tmp_path)  # no data/ here: the files come from the caller, not the working folder
+    parallel = [project / "data/parallel/train.tsv.gz", project / "data/parallel/dev.tsv.gz"]
+    config = StudentConfig(E5_SPEC, keep_layers=1, max_seq_length=64, vocabulary="corpus")
+    same = build_student(config, parallel_files=parallel, raw_dir=project / "data/raw")
+    assert vocabulary_digest(same) == vocabulary_digest(trimmed)
+    # another corpus, another vocabulary: the digest a checkpoint's fingerprint holds tells them apart
+    fewer = build_student(config, parallel_files=parallel[1:], raw_dir=None)
+    assert len(fewer.tokenizer) < len(same.tokenizer) and vocabulary_digest(fewer) != vocabulary_digest(same)
 
 
 def test_corpus_texts_hold_parallel_pairs_and_kept_languages_eval_sets(project: Path) -> None:

@@ -39,6 +39,10 @@ def parse_section(cls: type[T], section: Mapping[str, Any] | None, where: str, *
     if section is not None and not isinstance(section, Mapping):
         raise XdistillError(f"params {where}: expected a mapping of settings, got {type(section).__name__}")
     values = {k: v for k, v in (section or {}).items() if not (null_is_default and v is None)}
+    shadowed = sorted(set(values) & set(fixed))
+    if shadowed:  # set elsewhere (models.student, train.max_seq_length, ...): a value here would be ignored
+        raise XdistillError(f"params {where}: unknown keys {shadowed} (known: "
+                            f"{sorted(k for k in getattr(cls, '__dataclass_fields__', {}) if k not in fixed)})")
     try:
         return _adapter(cls).validate_python({**values, **fixed})
     except ValidationError as exc:

@@ -25,9 +25,16 @@ OFFLINE_DEFAULTS: dict[str, str] = {
 }
 
 
+# The variables of OFFLINE_DEFAULTS the user had exported before xdistill was imported: their choice, kept
+# for every child too (HF_HUB_OFFLINE=0 lets a hub id resolve where a hub is reachable).
+USER_CHOICES: dict[str, str] = {}
+
+
 def keep_tools_offline() -> None:
     """Set the offline/telemetry variables unless the user already chose a value."""
     for name, value in OFFLINE_DEFAULTS.items():
+        if name in os.environ:
+            USER_CHOICES[name] = os.environ[name]
         os.environ.setdefault(name, value)
 
 
@@ -35,12 +42,13 @@ def child_env(**extra: str) -> dict[str, str]:
     """Environment for the tools this project starts (dvc, xdistill, prefect, mlflow).
 
     This interpreter's ``bin`` folder first on ``PATH`` (so a child finds the same environment's
-    tools), every tool offline (:data:`OFFLINE_DEFAULTS` override the parent's values, since a
-    child must never try the network), then ``extra``.
+    tools), every tool offline (:data:`OFFLINE_DEFAULTS` replace whatever else set them since start-up)
+    except where the user exported a value before (:data:`USER_CHOICES`), then ``extra``.
     """
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(OFFLINE_DEFAULTS)
+    env.update(USER_CHOICES)
     env.update(extra)
     return env
 

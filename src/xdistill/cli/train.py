@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 @click.option("--teacher-dir", default="data/teacher", show_default=True, help="teacher embedding store")
 @click.option("--dev-sts", default="data/raw/eval/stsb-multi-mt", show_default=True,
               help="stsb-multi-mt folder whose dev split validates checkpoints ('' = none)")
+@click.option("--raw", "raw_dir", default="data/raw", show_default=True,
+              help="staged corpora: train.student.vocabulary corpus keeps the pieces of their evaluation sets ('' = none)")
 @click.option("--output", default="models/student", show_default=True, help="student model folder to write")
 @click.option("--start-output", default="models/student_start", show_default=True,
               help="folder for the student as training started (base + fitted head; '' = none)")
@@ -36,8 +38,8 @@ logger = logging.getLogger(__name__)
 @click.option("--history", default="reports/train_history.csv", show_default=True)
 @click.option("--plot", default="plots/train_curves.png", show_default=True)
 @click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when present)")
-def command(params: str, train_file: str, dev_file: str, dev_mining: str, teacher_dir: str, dev_sts: str, output: str,
-            start_output: str, checkpoints: str, metrics: str, history: str, plot: str, device: str | None) -> int:
+def command(params: str, train_file: str, dev_file: str, dev_mining: str, teacher_dir: str, dev_sts: str, raw_dir: str,
+            output: str, start_output: str, checkpoints: str, metrics: str, history: str, plot: str, device: str | None) -> int:
     """Distill the student from the teacher's stored embeddings."""
     from xdistill.training.settings import OutputPaths, RuntimeSettings, TrainParams
     from xdistill.training.trainer import train_student
@@ -59,7 +61,7 @@ def command(params: str, train_file: str, dev_file: str, dev_mining: str, teache
     result = train_student(
         train_file, dev_file, teacher_dir, models["student"], train_params, outputs,
         teacher_spec=models.get("teacher"), device=device, dev_sts_dir=dev_sts or None, runtime=runtime,
-        dev_mining_file=dev_mining or None,
+        dev_mining_file=dev_mining or None, raw_dir=raw_dir or None,
     )
     exported = result.interpolation["selected"] if result.interpolation else result.best
     logger.info(

@@ -40,15 +40,19 @@ def _numbered_lines(path: Path, what: str) -> Iterator[tuple[int, str]]:
         with path.open(encoding="utf-8", newline="\n") as handle:
             for number, line in enumerate(handle, start=1):
                 yield number, line.rstrip("\n").removesuffix("\r")
-    except UnicodeDecodeError as exc:
-        # the decoder works on blocks: find the line of the first bad byte in the raw bytes
-        data = path.read_bytes()
-        try:
-            data.decode("utf-8")
-            start = exc.start
-        except UnicodeDecodeError as whole:
-            start = whole.start
-        raise InputFileError(path, "not valid UTF-8", data[:start].count(b"\n") + 1) from None
+    except UnicodeDecodeError:
+        raise InputFileError(path, "not valid UTF-8", _first_invalid_utf8_line(path)) from None
+
+
+def _first_invalid_utf8_line(path: Path) -> int | None:
+    """The line of the first byte that is not UTF-8 (text decoders work on blocks: their error's offset is
+    within a block, not the file)."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as whole:
+        return data[:whole.start].count(b"\n") + 1
+    return None
 
 
 # ---------------------------------------------------------------- STS17
@@ -140,7 +144,7 @@ def read_stsb_multi_mt(path: str | Path) -> list[STSbRow]:
                         path, f"expected 3 CSV fields (sentence1, sentence2, score), found {len(fields)}{spans}", start)
                 rows.append(STSbRow(fields[0], fields[1], _score(path, fields[2], start)))
     except UnicodeDecodeError:
-        raise InputFileError(path, "not valid UTF-8") from None
+        raise InputFileError(path, "not valid UTF-8", _first_invalid_utf8_line(path)) from None
     if not rows:
         raise InputFileError(path, "empty file")
     return rows

@@ -150,9 +150,10 @@ def build_parallel(
         held_rows = dev_rows + block_rows  # a pair in both counts once below
         dev_keys = {(row[3], row[2], index) for index, row in held_rows}
         dev_sentences = {decontamination_key(s) for _, row in held_rows for s in row[:2]}
-        available, overlap = _count_available(spools, dev_keys, dev_sentences)
+        held = _held_out_rows(spools, dev_keys, dev_sentences)
+        available, overlap = _count_available(spools, held, dev_keys)
         plan = _plan(config, spools, available)
-        written = _write_train(train_tmp, spools, plan, available, dev_keys, dev_sentences, rng)
+        written = _write_train(train_tmp, spools, plan, available, held, rng)
         write_parallel_tsv(dev_tmp, (row for _, row in dev_rows))
         write_parallel_tsv(mining_tmp, (row for _, row in block_rows))
     report = data_report.assemble(
@@ -219,15 +220,22 @@ def _is_held_out(key, source, translation, dev_keys, dev_sentences) -> bool:
     return key in dev_keys or decontamination_key(source) in dev_sentences or decontamination_key(translation) in dev_sentences
 
 
-def _count_available(spools, dev_keys, dev_sentences) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+def _held_out_rows(spools, dev_keys, dev_sentences) -> dict[tuple[str, str], frozenset[int]]:
+    """Per spool, the rows training must skip: the held-out pairs and every pair sharing a sentence with one
+    (found in one pass; the train pass then tests row numbers only)."""
+    return {
+        key: frozenset(index for index, s, t in spool.pairs() if _is_held_out((*key, index), s, t, dev_keys, dev_sentences))
+        for key, spool in spools.items()
+    }
+
+
+def _count_available(spools, held, dev_keys) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+    """Per spool: pairs training may use, and pairs held out only for sharing a sentence with a held-out pair."""
     available, overlap = {}, {}
     for key, spool in spools.items():
-        held = sum(
-            1 for index, s, t in spool.pairs() if _is_held_out((*key, index), s, t, dev_keys, dev_sentences)
-        )
         dev_here = sum(1 for k in dev_keys if k[:2] == key)
-        overlap[key] = held - dev_here
-        available[key] = spool.count - held
+        overlap[key] = len(held[key]) - dev_here
+        available[key] = spool.count - len(held[key])
     return available, overlap
 
 
@@ -246,14 +254,10 @@ def _plan(config: ParallelConfig, spools, available) -> dict[tuple[str, str], in
     return plan
 
 
-def _write_train(train_path, spools, plan, available, dev_keys, dev_sentences, rng) -> dict[tuple[str, str], int]:
+def _write_train(train_path, spools, plan, available, held, rng) -> dict[tuple[str, str], int]:
     def stream(key):
-        spool = spools[key]
-        kept = (
-            (s, t, key[1], key[0])
-            for index, s, t in spool.pairs()
-            if not _is_held_out((*key, index), s, t, dev_keys, dev_sentences)
-        )
+        skip = held[key]
+        kept = ((s, t, key[1], key[0]) for index, s, t in spools[key].pairs() if index not in skip)
         return repeat_and_select(kept, available[key], plan[key], rng)
 
     streams = {key: (plan[key], stream(key)) for key in sorted(spools)}

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
+from xdistill.data.sampling import evenly_spaced
 from xdistill.errors import InputFileError
 from xdistill.io import atomic_path
 
@@ -42,7 +42,7 @@ class ParallelPairs:
         """
         if n is None or n >= len(self):
             return self
-        rows = np.linspace(0, len(self) - 1, num=n).round().astype(int)
+        rows = evenly_spaced(len(self), n)
         return ParallelPairs([self.sources[i] for i in rows], [self.translations[i] for i in rows],
                              [self.langs[i] for i in rows])
 

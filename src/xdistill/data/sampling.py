@@ -1,4 +1,5 @@
-"""Streaming sampling helpers: flat memory whatever the stream length, reproducible with a seed."""
+"""Sampling helpers: evenly spread subsets, and streaming samples with flat memory whatever the stream
+length, reproducible with a seed."""
 
 from __future__ import annotations
 
@@ -6,7 +7,22 @@ import random
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
+import numpy as np
+
+from xdistill.errors import XdistillError
+
 T = TypeVar("T")
+
+
+def evenly_spaced(total: int, count: int) -> np.ndarray:
+    """``min(count, total)`` distinct indices spread evenly over ``range(total)``, first and last included.
+
+    Files list their rows grouped (by language, by corpus): the first ``count`` rows would all come from
+    one group, an even spread draws from each in proportion.
+    """
+    if count <= 0:
+        raise XdistillError(f"a subset needs at least one item, got {count}")
+    return np.unique(np.linspace(0, total - 1, num=min(count, total)).round().astype(np.int64))
 
 
 def fill_in_proportion(total: int, weights: dict[str, float], limits: dict[str, int]) -> dict[str, int]:

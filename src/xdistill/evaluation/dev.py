@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from xdistill.evaluation.sts import evenly_spaced
-from xdistill.evaluation.tatoeba import tatoeba_scores
 from xdistill.data.parallel_tsv import read_parallel_pairs
+from xdistill.data.sampling import evenly_spaced
+from xdistill.evaluation.tatoeba import tatoeba_scores
 
 
 def dev_pairs_by_language(

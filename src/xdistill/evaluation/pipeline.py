@@ -65,12 +65,7 @@ def prepared_inputs(raw_dir: str | Path, settings: EvaluationSettings, dev_path:
         dev = Path(dev_path)
         if not dev.is_file():
             raise InputFileError(dev, "held-out dev file not found (run the `parallel` stage first)")
-    bucc = Path(settings.bucc_dir) if settings.bucc_dir else None
-    if bucc is not None and not bucc.is_dir():
-        raise XdistillError(f"{bucc}: evaluate.bucc_dir is not a folder")
-    if bucc is not None and not is_decontaminated_bucc_folder(eval_dir, bucc):
-        raise XdistillError(f"{bucc}: evaluate.bucc_dir must be a folder {eval_dir}/bucc<name>: only BUCC files "
-                            "staged there are kept out of the training data (stage them with corpora.datasets)")
+    bucc = _checked_bucc_dir(eval_dir, settings.bucc_dir)
     with tempfile.TemporaryDirectory(prefix="xdistill-mining-") as tmp:
         flores_mining: list[Path] = []
         if "mining" in settings.benchmarks and settings.mining_flores:
@@ -83,6 +78,19 @@ def prepared_inputs(raw_dir: str | Path, settings: EvaluationSettings, dev_path:
                                   seed=settings.mining_seed + repeat, gold_share=settings.mining_gold_share)
                 flores_mining.append(folder)
         yield EvaluationInputs(eval_dir=eval_dir, dev_path=dev, flores_mining_dirs=tuple(flores_mining), bucc_dir=bucc)
+
+
+def _checked_bucc_dir(eval_dir: Path, bucc_dir: str | None) -> Path | None:
+    """``evaluate.bucc_dir`` as a path, once it is known to be a folder whose files decontamination covers."""
+    if not bucc_dir:
+        return None
+    bucc = Path(bucc_dir)
+    if not bucc.is_dir():
+        raise XdistillError(f"{bucc}: evaluate.bucc_dir is not a folder")
+    if not is_decontaminated_bucc_folder(eval_dir, bucc):
+        raise XdistillError(f"{bucc}: evaluate.bucc_dir must be a folder {eval_dir}/bucc<name>: only BUCC files "
+                            "staged there are kept out of the training data (stage them with corpora.datasets)")
+    return bucc
 
 
 def _load_encoder(spec: str, batch_size: int, adapter_from: str | Path | None = None) -> CachedEncoder:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from xdistill.data.eval_formats import check_rows_aligned, read_sts_gold, read_sts_input, read_stsb_multi_mt
+from xdistill.data.sampling import evenly_spaced
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.evaluation.metrics import paired_cosine, spearman_x100
 
@@ -92,13 +93,6 @@ class STSSet:
             self.gold[keep],
             [*self.notes, f"{max_pairs} of {len(self)} pairs, evenly spaced"],
         )
-
-
-def evenly_spaced(total: int, count: int) -> np.ndarray:
-    """``count`` distinct indices spread evenly over ``range(total)``, first and last included."""
-    if count <= 0:
-        raise XdistillError(f"a subset needs at least one item, got {count}")
-    return np.unique(np.linspace(0, total - 1, num=min(count, total)).round().astype(np.int64))
 
 
 def score_sts_set(embed: Callable[[Sequence[str]], np.ndarray], sts_set: STSSet) -> float:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from filelock import FileLock
 
+from xdistill.errors import XdistillError
+
 CACHE_ENV = "XDISTILL_CACHE_DIR"
+# What a built model folder was made from (its inputs' names, sizes and SHA-256): a folder whose record
+# differs from the inputs' now is stale and built again.
+SOURCE_RECORD = "xdistill_source.json"
 
 
 def cache_root() -> Path:
@@ -32,3 +38,22 @@ def build_lock(folder: Path) -> FileLock:
     """
     folder.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(folder.parent / f".{folder.name}.lock")
+
+
+def cache_is_current(folder: Path, record: dict) -> bool:
+    """True when ``folder`` holds a model built from exactly the inputs ``record`` describes."""
+    record_file = folder / SOURCE_RECORD
+    if not (folder / "modules.json").is_file() or not record_file.is_file():
+        return False
+    try:
+        return json.loads(record_file.read_text(encoding="utf-8")) == record
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def check_replaceable(folder: Path) -> None:
+    """Refuse to build into an existing folder that holds something other than a model this project built
+    (no :data:`SOURCE_RECORD`): building replaces the whole folder, and its files would be gone."""
+    if folder.is_dir() and not (folder / SOURCE_RECORD).is_file() and any(folder.iterdir()):
+        raise XdistillError(f"{folder}: not empty and not a model folder xdistill built ({SOURCE_RECORD} missing); "
+                            "building replaces the whole folder: give an empty or new folder")

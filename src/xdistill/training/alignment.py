@@ -24,8 +24,8 @@ teacher vectors of the sources:
   Procrustes, by contrast, picks the k teacher directions that correlate best with the untrained
   student and lets training move them; with a teacher no wider than the student P is a full basis
   and the lever reduces to a frozen Procrustes head;
-- a head to a smaller dimension k (LEALLA-style): the top-k principal axes of the centred unit
-  embeddings; the feature-distillation projection (k -> teacher) starts as the least-squares fit
+- a head to a smaller dimension k than both the student's and the teacher's (LEALLA-style): the top-k
+  principal axes of the centred unit embeddings; the feature-distillation projection (k -> teacher) starts as the least-squares fit
   of the projected embeddings onto T.
 """
 
@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xdistill.data.sampling import evenly_spaced
 from xdistill.errors import XdistillError
 from xdistill.training.batches import Featurizer, TokenizedPairs, encode_token_ids
 from xdistill.training.student import output_dense
@@ -87,7 +88,7 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
     linear = head.linear
     out_dim, in_dim = linear.weight.shape
     rows, ids, teacher = fit_sample(pairs, n_pairs)
-    if out_dim < in_dim:
+    if out_dim < in_dim and out_dim != teacher.shape[1]:  # a head into a teacher narrower than the student is not one
         if method == "pca":
             raise XdistillError(f"head_fit pca reduces the teacher to the student's dimension: a {out_dim}-d "
                                 f"teacher is narrower than the {in_dim}-d student (use procrustes)")
@@ -115,7 +116,7 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
 def fit_sample(pairs: TokenizedPairs, n_pairs: int) -> tuple[np.ndarray, list, torch.Tensor]:
     """``n_pairs`` evenly spread training pairs: their rows, the token ids of both sides (sources, then
     translations) and the teacher vector of each text's source (float64)."""
-    rows = np.linspace(0, len(pairs) - 1, num=min(n_pairs, len(pairs))).round().astype(int)
+    rows = evenly_spaced(len(pairs), n_pairs)
     ids = [pairs.src[i] for i in rows] + [pairs.tgt[i] for i in rows]
     return rows, ids, torch.cat([pairs.teacher[torch.as_tensor(rows)]] * 2).double()
 
@@ -163,7 +164,7 @@ def rotate_output_to_teacher(student, featurize: Featurizer, pairs: TokenizedPai
 def mean_pooled_norm(student, featurize: Featurizer, pairs: TokenizedPairs, batch_size: int,
                      n_texts: int = 256) -> float:
     """The mean L2 norm of the encoder's pooled embeddings (before head and Normalize) of training texts."""
-    rows = np.linspace(0, len(pairs) - 1, num=min(n_texts // 2, len(pairs))).round().astype(int)
+    rows = evenly_spaced(len(pairs), max(n_texts // 2, 1))
     ids = [pairs.src[i] for i in rows] + [pairs.tgt[i] for i in rows]
     with modules_bypassed(student, "Dense", "Normalize"):
         pooled = encode_token_ids(student, featurize, ids, batch_size)

@@ -33,13 +33,18 @@ BEST = "best.pt"
 BEST_PENDING = "best.pending.pt"
 
 
-def settle_best(directory: Path, best_step: int) -> None:
+def settle_best(directory: Path, best_step: int, pending_step: int | None = None) -> None:
     """Make a pending best checkpoint ``best.pt`` when it is the step the loop state calls best
-    (the state was saved after it); otherwise it is an orphan of a killed run and goes."""
+    (the state was saved after it); otherwise it is an orphan of a killed run and goes.
+
+    ``pending_step``: the step the pending file holds, when the caller wrote it and knows (the training
+    loop); None reads it from the file (a resumed run, which cannot know)."""
     pending = directory / BEST_PENDING
     if not pending.is_file():
         return
-    if torch.load(pending, map_location="cpu", weights_only=False).get("step") == best_step:
+    if pending_step is None:
+        pending_step = torch.load(pending, map_location="cpu", weights_only=False).get("step")
+    if pending_step == best_step:
         os.replace(pending, directory / BEST)
     else:
         pending.unlink()

@@ -18,6 +18,7 @@ which contains teacher-space retrieval, decides how far.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
@@ -85,12 +86,26 @@ def choose_interpolation(student: torch.nn.Module, start: Mapping[str, torch.Ten
         if best_alpha is None or better(value, results[best_alpha][metric]) or value == results[best_alpha][metric]:
             best_alpha = alpha
     assert best_alpha is not None
+    if not math.isfinite(results[best_alpha][metric]):
+        raise XdistillError(f"WiSE-FT: {metric} is not finite at any interpolation weight; nothing to choose by")
     if tolerance > 0:
         best_value = results[best_alpha][metric]
         best_alpha = min(a for a, m in results.items()
                          if a <= best_alpha and abs(m[metric] - best_value) <= tolerance)
     load_trainable_state_dict(student, interpolate_states(start, end, best_alpha))
     return best_alpha, results
+
+
+def check_identity_head(student: torch.nn.Module) -> None:
+    """Refuse ``interpolation_from: base`` for a student whose head cannot be the identity (checked before
+    training, so a run does not train for nothing)."""
+    head = output_dense(student)
+    if head is None:
+        raise XdistillError("train.interpolation_from: base needs a student with a Dense head")
+    out_dim, in_dim = head.linear.weight.shape
+    if out_dim < in_dim:
+        raise XdistillError(f"train.interpolation_from: base needs a head at least as wide as the encoder "
+                            f"({in_dim} -> {out_dim} cannot be the identity); use interpolation_from: start")
 
 
 def with_identity_head(student: torch.nn.Module, state: Mapping[str, torch.Tensor],
@@ -101,13 +116,9 @@ def with_identity_head(student: torch.nn.Module, state: Mapping[str, torch.Tenso
     1 / (the encoder's typical pooled-embedding norm) gives both ends outputs of the same size, so
     the mixture moves evenly from one space to the other instead of jumping.
     """
+    check_identity_head(student)
     head = output_dense(student)
-    if head is None:
-        raise XdistillError("train.interpolation_from: base needs a student with a Dense head")
     out_dim, in_dim = head.linear.weight.shape
-    if out_dim < in_dim:
-        raise XdistillError(f"train.interpolation_from: base needs a head at least as wide as the encoder "
-                            f"({in_dim} -> {out_dim} cannot be the identity); use interpolation_from: start")
     names = {id(parameter): name for name, parameter in student.named_parameters()}
     identity = dict(state)
     identity[names[id(head.linear.weight)]] = scale * torch.eye(out_dim, in_dim, dtype=head.linear.weight.dtype)

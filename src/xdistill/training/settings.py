@@ -84,6 +84,13 @@ class TrainParams:
         if self.autocast_bf16 not in AUTOCAST_MODES:
             raise XdistillError(f"params train.autocast_bf16 must be one of {', '.join(AUTOCAST_MODES)}, "
                                 f"got {self.autocast_bf16!r}")
+        for key in ("max_seq_length", "eval_batch_size", "train_max_pairs", "dev_max_pairs"):
+            value = getattr(self, key)
+            if value is not None and value < 1:  # caught here, not after the data and the model are loaded
+                raise XdistillError(f"params train.{key} must be >= 1{' or null' if key.endswith('pairs') else ''}, "
+                                    f"got {value}")
+        if self.selection_metric == "dev_sts" and self.dev_sts_max_pairs == 0:
+            raise XdistillError("params train.selection_metric dev_sts needs STS dev pairs (dev_sts_max_pairs is 0)")
         if self.eval_every < 1 or self.checkpoint_every < 1 or self.align_pairs < 1:
             raise XdistillError("params train: eval_every, checkpoint_every and align_pairs must be >= 1")
         if self.early_stopping_patience is not None and self.early_stopping_patience < 1:

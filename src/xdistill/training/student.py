@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,8 @@ from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.io import atomic_path
 from xdistill.models.backbone import transformer_backbone
-from xdistill.models.vocabulary import VOCABULARY_OPTIONS, apply_vocabulary_option
+from xdistill.models.vocabulary import (DEFAULT_PARALLEL_FILES, DEFAULT_RAW_DIR, VOCABULARY_OPTIONS,
+                                        apply_vocabulary_option)
 
 logger = logging.getLogger(__name__)
 
@@ -144,10 +146,12 @@ def head_dimension(config: StudentConfig, base_dim: int, teacher_dim: int | None
 
 
 def build_student(config: StudentConfig, device: str | torch.device = "cpu", seed: int = 0,
-                  teacher_dim: int | None = None) -> SentenceTransformer:
+                  teacher_dim: int | None = None, parallel_files: Sequence[str | Path] = DEFAULT_PARALLEL_FILES,
+                  raw_dir: str | Path | None = DEFAULT_RAW_DIR) -> SentenceTransformer:
     """Load the base encoder and apply the configured changes. Deterministic for a given ``seed``.
 
-    ``teacher_dim`` sizes the Dense head of an ``align_to_teacher`` student with no ``output_dim``.
+    ``teacher_dim`` sizes the Dense head of an ``align_to_teacher`` student with no ``output_dim``;
+    ``parallel_files`` and ``raw_dir`` are the texts a ``vocabulary: corpus`` student keeps the pieces of.
     """
     from xdistill.models import load_sentence_transformer
 
@@ -159,7 +163,7 @@ def build_student(config: StudentConfig, device: str | torch.device = "cpu", see
         keep_layers(model, config.keep_layers, config.layer_selection)
     if config.dropout is not None:
         set_dropout(model, config.dropout)
-    apply_vocabulary_option(model, config.vocabulary)
+    apply_vocabulary_option(model, config.vocabulary, parallel_files, raw_dir)
     if config.freeze_word_embeddings:
         freeze_word_embeddings(model)
     if config.freeze_layers:

@@ -18,6 +18,7 @@ PNG).
 from __future__ import annotations
 
 import contextlib
+import math
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,6 +30,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from xdistill.errors import XdistillError
+from xdistill.models.vocabulary import DEFAULT_RAW_DIR, vocabulary_digest
 from xdistill.training import checkpoint as ckpt
 from xdistill.training.batches import (Featurizer, TokenizedPairs, autocast_context, cpu_has_native_bf16,
                                        tokenize_pairs)
@@ -193,12 +195,14 @@ def train_student(
     dev_sts_dir: str | Path | None = None,
     runtime: RuntimeSettings | None = None,
     dev_mining_file: str | Path | None = None,
+    raw_dir: str | Path | None = DEFAULT_RAW_DIR,
 ) -> TrainResult:
     """Distill ``student_spec`` towards the teacher vectors in ``teacher_dir``; the ``train`` stage.
 
     Reads the parallel ``train_file``/``dev_file`` (gzipped TSV with a ``source, translation,
     lang, corpus`` header) and, when given, the stsb-multi-mt folder ``dev_sts_dir`` (its dev
-    split only) and the dev mining blocks ``dev_mining_file``; writes the student chosen on dev data (best checkpoint by
+    split only) and the dev mining blocks ``dev_mining_file`` (``raw_dir``: the staged evaluation sets a
+    ``vocabulary: corpus`` student keeps the pieces of, with the train and dev pairs'); writes the student chosen on dev data (best checkpoint by
     ``params.selection_metric``, then the best ``params.interpolation`` weight) to
     ``outputs.model_dir`` as a sentence-transformers folder, plus metrics JSON, history CSV and
     the curves PNG. Resumes automatically from ``outputs.checkpoint_dir/last.pt`` when it was
@@ -211,7 +215,7 @@ def train_student(
     ctx = DistContext.from_env(device)
     try:
         run = _prepare(Path(train_file), Path(dev_file), Path(teacher_dir), student_spec, params, outputs,
-                       teacher_spec, ctx, dev_sts_dir, runtime, dev_mining_file)
+                       teacher_spec, ctx, dev_sts_dir, runtime, dev_mining_file, raw_dir)
         return _train(run)
     finally:
         ctx.close()
@@ -219,7 +223,8 @@ def train_student(
 
 def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: str, params: TrainParams,
              outputs: OutputPaths, teacher_spec: str | None, ctx: DistContext, dev_sts_dir: str | Path | None,
-             runtime: RuntimeSettings, dev_mining_file: str | Path | None = None) -> _Run:
+             runtime: RuntimeSettings, dev_mining_file: str | Path | None = None,
+             raw_dir: str | Path | None = DEFAULT_RAW_DIR) -> _Run:
     """Load data, teacher vectors and the student; tokenise everything once."""
     from xdistill.imports import code_digest
     from xdistill.models import default_prompt, model_fingerprint
@@ -248,7 +253,12 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
 
     student_config = StudentConfig.from_params(student_spec, params.student, params.max_seq_length)
     ckpt.seed_everything(params.seed)
-    student = build_student(student_config, device=ctx.device, seed=params.seed, teacher_dim=store.dimension)
+    student = build_student(student_config, device=ctx.device, seed=params.seed, teacher_dim=store.dimension,
+                            parallel_files=(train_file, dev_file), raw_dir=raw_dir)
+    if params.interpolation and params.interpolation_from == "base":
+        from xdistill.training.interpolation import check_identity_head
+
+        check_identity_head(student)
     prompt = default_prompt(student)
     objective = build_objective(params.loss, student.get_embedding_dimension(), store.dimension).to(ctx.device)
     sts_languages = sorted(set(dev_pairs.langs) - {""})
@@ -265,6 +275,8 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
         "dev_sts": [sts_dev_digests(dev_sts_dir, sts_languages), sts_languages],
         "dev_mining": ckpt.file_digest(dev_mining_file) if dev_mining_file and Path(dev_mining_file).is_file() else None,
         "world_size": ctx.world_size,
+        # a trimmed vocabulary follows its corpus (the evaluation sets too): rows of another one mean other pieces
+        "vocabulary": vocabulary_digest(student) if student_config.vocabulary else None,
     })
     logger.info("tokenising %d train and %d dev pairs (prompt %r, max %d tokens)",
                 len(train_pairs), len(dev_pairs), prompt, params.max_seq_length)
@@ -328,6 +340,7 @@ def _train(run: _Run) -> TrainResult:
         state.initial_metrics = dict(metrics)
         _record_eval(state, params, 0, metrics)
         check_collapse(metrics, params.collapse_threshold, 0)
+        check_selection_metric(metrics, params.selection_metric)
 
     _run_loop(run, wrapped, optimizer, scheduler, stream, state)
 
@@ -491,7 +504,7 @@ def _run_loop(run: _Run, wrapped: nn.Module, optimizer, scheduler, stream: Batch
                             state.step, params.steps, averaged.get("loss", float("nan")), row["lr"], rate, eta)
             window_start, window_pairs, window_steps, window_parts = time.perf_counter(), 0, 0, {}
 
-        evaluated = False
+        evaluated, pending_step = False, None
         if state.step % params.eval_every == 0 or state.step == params.steps:
             metrics = run.measure()
             improved = _record_eval(state, params, state.step, metrics)
@@ -499,6 +512,7 @@ def _run_loop(run: _Run, wrapped: nn.Module, optimizer, scheduler, stream: Batch
             if improved and ctx.is_main:
                 ckpt.save_checkpoint(outputs.checkpoint_dir, ckpt.BEST_PENDING, {
                     "fingerprint": run.fingerprint, "step": state.step, "model": trainable_state_dict(run.student)})
+                pending_step = state.step
             patience = params.early_stopping_patience
             if patience is not None and state.evals_without_improvement >= patience:
                 state.stopped_early = True
@@ -509,8 +523,17 @@ def _run_loop(run: _Run, wrapped: nn.Module, optimizer, scheduler, stream: Batch
         if evaluated or state.step % params.checkpoint_every == 0:
             _save_last(outputs.checkpoint_dir, run.fingerprint, run.student, run.objective, optimizer, scheduler,
                        state, ctx)
-            if ctx.is_main:
-                ckpt.settle_best(outputs.checkpoint_dir, state.best_step)
+            if ctx.is_main:  # the loop knows which step it wrote: no need to load the file back
+                ckpt.settle_best(outputs.checkpoint_dir, state.best_step, pending_step)
+
+
+def check_selection_metric(metrics: dict[str, float], metric: str) -> None:
+    """Refuse a selection metric this run cannot measure (NaN at the start: no STS dev data for dev_sts, a
+    low-dimensional head without feature distillation for dev_mse_x100, ...): no checkpoint would ever count
+    as better and the export would silently be the untrained start."""
+    if not math.isfinite(metrics[metric]):
+        raise XdistillError(f"params train.selection_metric {metric} is {metrics[metric]} for this run (not measured "
+                            "with these settings and dev data): choose another one or give it its dev data")
 
 
 def _record_eval(state: _LoopState, params: TrainParams, step: int, metrics: dict[str, float]) -> bool:
