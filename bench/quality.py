@@ -164,13 +164,25 @@ def tatoeba_models(config: dict[str, Any], results: Path, project: Path) -> dict
         params = yaml.safe_load((folder / "params.yaml").read_text(encoding="utf-8"))
         client = client_for(resolve_tracking_uri(params["register"]["tracking_uri"], project))
         uri = client.get_model_version_download_uri(params["register"]["model_name"],
-                                                    run_info["flow_result"]["model_version"])
+                                                    registered_version(client, params["register"]["model_name"],
+                                                                       run_info["flow_result"], folder))
         local = mlflow.artifacts.download_artifacts(artifact_uri=uri)  # a local store: its own folder, no copy
         models[member["name"]] = str(Path(local) / "model.sentence_transformer")
         baselines.setdefault("student-untrained", params["models"]["student"])
         if params["evaluate"].get("muse"):
             baselines.setdefault("muse", "pypi:muse")
     return {**models, **baselines}
+
+
+def registered_version(client: Any, model_name: str, flow_result: dict[str, Any], folder: Path) -> str:
+    """The version of ``model_name`` that the member's own MLflow run registered: found by run id, since version
+    numbers start again in a new store and would name another member's student."""
+    run_id = flow_result.get("mlflow_run_id")
+    versions = [v for v in client.search_model_versions(f"name='{model_name}'") if v.run_id == run_id]
+    if not versions:
+        raise SystemExit(f"{folder}: MLflow run {run_id} registered no version of {model_name} in this store "
+                         f"(run.json says version {flow_result.get('model_version')}): cannot score that student")
+    return str(versions[0].version)
 
 
 def run_tatoeba_all(models: dict[str, str], tatoeba_dir: Path, out_dir: Path, *,

@@ -137,9 +137,17 @@ def merged_columns(members: list[tuple[dict[str, Any], dict[str, Any]]], benchma
         per_label = data["eval"].get(benchmark) or {}
         names = column_names(spec.get("label", spec["name"]), data["params"])
         for label in ("teacher", "student-untrained", "student-start", "muse", "student"):
-            if label in per_label and names[label] not in columns:
-                columns[names[label]] = dict(per_label[label])
+            if label in per_label:
+                _fill(columns.setdefault(names[label], {}), per_label[label])
     return columns
+
+
+def _fill(column: dict[str, Any], values: Mapping[str, Any]) -> None:
+    """Add the cells ``column`` lacks: a baseline column shows each cell from the first member that measured it
+    (an early member may not have measured a benchmark a later one did, e.g. the teacher-space adapter)."""
+    for row, value in values.items():
+        if column.get(row) is None:
+            column[row] = value
 
 
 def ordered_rows(columns: Mapping[str, Mapping[str, Any]], benchmark: str) -> list[str]:
@@ -156,11 +164,14 @@ def summary_table(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
         models = (data["eval"].get("summary") or {}).get("models", {})
         names = column_names(spec.get("label", spec["name"]), data["params"])
         for label in ("teacher", "student-untrained", "student-start", "muse", "student"):
-            if label in models and names[label] not in columns:
-                columns[names[label]] = {title: models[label].get(key) for key, title in SUMMARY_ROWS}
+            if label in models:
+                _fill(columns.setdefault(names[label], {}), {title: models[label].get(key) for key, title in SUMMARY_ROWS})
     # a row no member measured (e.g. the adapter's, before a member had one) would be all '-'
     rows = [title for _, title in SUMMARY_ROWS if any(values.get(title) is not None for values in columns.values())]
-    return markdown_table(rows, columns)
+    return (markdown_table(rows, columns)
+            + "\nBaseline columns: each cell from the first member that measured it. The no-training column is "
+              "that member's own start (its head fit on its own sample), so it moves slightly from member to member "
+              "(each member's own: `bench/results/quality/<member>/metrics/eval/summary.json`, `student-start`).\n")
 
 
 def benchmark_section(members: list[tuple[dict[str, Any], dict[str, Any]]], benchmark: str, title: str) -> str:
@@ -210,11 +221,15 @@ def tatoeba_all_section(members: list[tuple[dict[str, Any], dict[str, Any]]], ta
                         results: Path, output_dir: Path) -> str:
     """The 112-language Tatoeba table (``bench/quality.py tatoeba-all``), beside LEALLA's published averages."""
     keys = [spec["name"] for spec, _ in members] + ["student-untrained", "muse"]  # the columns' order
-    scored = {key: tatoeba_all[key] for key in keys if key in tatoeba_all}
+    # students scored before they left bench/quality.yaml: their evidence stays, labelled as such
+    earlier = [key for key in tatoeba_all if key not in keys]
+    scored = {key: tatoeba_all[key] for key in keys + earlier if key in tatoeba_all}
     if not scored:
         return ""
     data0 = members[0][1]
-    names = {**column_names("", data0["params"]), **{spec["name"]: spec.get("label", spec["name"]) for spec, _ in members}}
+    names = {**column_names("", data0["params"]), **{spec["name"]: spec.get("label", spec["name"]) for spec, _ in members},
+             **{key: f"`{key}` (an earlier member, no longer in bench/quality.yaml)" for key in earlier}}
+    unscored = [spec["name"] for spec, _ in members if spec["name"] not in tatoeba_all]
     trained = {tatoeba_code(lang) for lang in data0["params"]["languages"]}
     count = max(len(r["scores"]) for r in scored.values())
     rows = [f"average, all {count} languages", "average, the training languages", "average, the other languages"]
@@ -228,8 +243,12 @@ def tatoeba_all_section(members: list[tuple[dict[str, Any], dict[str, Any]]], ta
     for name, value in PUBLISHED_TATOEBA_ALL.items():
         columns[name] = {"average, all 112 languages": value}
     plot = tatoeba_all_plot(scored, names, results / f"{TATOEBA_ALL}.png")
-    shift = _other_languages_shift(columns, [names[key] for key in scored if key in {s["name"] for s, _ in members}],
+    students = {s["name"] for s, _ in members} | set(earlier)
+    shift = _other_languages_shift(columns, [names[key] for key in scored if key in students],
                                    names["student-untrained"], rows)
+    if unscored:
+        shift += (f" Not scored on every language yet: {', '.join(f'`{name}`' for name in unscored)} "
+                  "(`python bench/quality.py tatoeba-all`).")
     commands = "; ".join(f"`{c}`" for c in sorted({r["command"] for r in scored.values()}))
     limits = {r.get("max_pairs") for r in scored.values()}
     pairs = "every pair" if limits == {None} else f"at most {max(n for n in limits if n)} pairs"
@@ -254,8 +273,13 @@ def _other_languages_shift(columns: Mapping[str, Mapping[str, Any]], students: l
                    if columns[s][rows[2]] is not None and columns[untrained][rows[2]] is not None]
     if not trained_shift or not other_shift:
         return ""
-    worse = "the languages outside training move down more" if _mean(other_shift) < _mean(trained_shift) \
-        else "the languages outside training fare no worse"
+    trained_mean, other_mean = _mean(trained_shift), _mean(other_shift)
+    if other_mean >= trained_mean:
+        worse = "the languages outside training fare no worse"
+    elif other_mean < 0:
+        worse = "the languages outside training move down" + (" more" if trained_mean < 0 else "")
+    else:
+        worse = "the languages outside training gain less"
     return (f" Against the untrained student, the distilled students move {min(trained_shift):+.1f} to "
             f"{max(trained_shift):+.1f} points on the training languages and {min(other_shift):+.1f} to "
             f"{max(other_shift):+.1f} on the languages they never saw: {worse}.")
@@ -369,7 +393,8 @@ def params_section(config: Mapping[str, Any], members: list[tuple[dict[str, Any]
         run = data["run"] or {}
         lines += [f"- **{spec.get('label', spec['name'])}**: `{json.dumps(spec.get('overrides') or {})}`; DVC experiment "
                   f"`{run.get('experiment', '-')}` (`dvc exp apply {run.get('experiment', '-')}`), MLflow model "
-                  f"version {(run.get('flow_result') or {}).get('model_version', '-')}; loss "
+                  f"version {(run.get('flow_result') or {}).get('model_version', '-')} of MLflow run "
+                  f"`{(run.get('flow_result') or {}).get('mlflow_run_id', '-')}` (versions restart in a new store); loss "
                   f"`{json.dumps(data['params']['train'].get('loss', {}))}`."]
     return "\n".join(lines) + "\n\n"
 
@@ -415,14 +440,16 @@ def ablation_section(config: Mapping[str, Any], results: Path) -> str:
                 if (results / spec["name"] / "run.json").is_file()]
     if not variants:
         return ""
-    headers = ["variant", "changed (`-S` over the common settings)", *[t for _, t in ABLATION_DEV],
-               *[t for _, t in ABLATION_EVAL], "wall", "gate"]
+    headers = ["variant", "changed (`-S` over the common settings)", "dev score at its start",
+               *[t for _, t in ABLATION_DEV], *[t for _, t in ABLATION_EVAL], "worst lang. at its start", "wall", "gate"]
     lines = ["## Ablation: the recipe, one lever at a time", "",
              "Each row is one `distill` flow run (`python bench/quality.py run --members NAME`) with "
              + _ablation_scale(config, variants[0][1]) + ". The dev columns are the trainer's development "
              "measurements of the exported student (what chose checkpoints and the WiSE-FT weight; metrics/train.json); "
              "the other columns are the evaluate stage's numbers on the evaluation sets, which only report. "
-             "The first two rows are the references every variant starts from.", "",
+             "The first row is the untrained student; the second the start of the first variant (its head fitted, "
+             "no training). A variant's head fit and sample make its own start: its dev score and teacher-space "
+             "worst language before training are in the 'at its start' columns, so a gain is read against them.", "",
              "| " + " | ".join(headers) + " |", "|---|---|" + "---:|" * (len(headers) - 2)]
     first = variants[0][1]
     models = (first["eval"].get("summary") or {}).get("models", {})
@@ -431,8 +458,8 @@ def ablation_section(config: Mapping[str, Any], results: Path) -> str:
                    "student-start", first["train"]["initial"])]
     for title, label, dev in references:
         values = models.get(label, {})
-        lines.append(f"| {title} | - | " + " | ".join(_cell((dev or {}).get(k), 2) for k, _ in ABLATION_DEV) + " | "
-                     + " | ".join(_cell(values.get(k)) for k, _ in ABLATION_EVAL) + " | - | - |")
+        lines.append(f"| {title} | - | - | " + " | ".join(_cell((dev or {}).get(k), 2) for k, _ in ABLATION_DEV) + " | "
+                     + " | ".join(_cell(values.get(k)) for k, _ in ABLATION_EVAL) + " | - | - | - |")
     for spec, data in variants:
         run, train = data["run"] or {}, data["train"] or {}
         exported = train.get("exported") or train.get("best") or {}
@@ -442,10 +469,12 @@ def ablation_section(config: Mapping[str, Any], results: Path) -> str:
         if interpolation:
             changed += f"; WiSE-FT chose a={interpolation['alpha']:g}"
         decision = ((run.get("flow_result") or {}).get("promotion") or {}).get("decision", "-")
-        lines.append(f"| {spec.get('label', spec['name'])} (`{spec['name']}`) | {changed} | "
+        start = ((data["eval"].get("summary") or {}).get("models") or {}).get("student-start") or {}
+        lines.append(f"| {spec.get('label', spec['name'])} (`{spec['name']}`) | {changed} "
+                     f"| {_cell((train.get('initial') or {}).get('dev_score'), 2)} | "
                      + " | ".join(_cell(exported.get(k), 2) for k, _ in ABLATION_DEV) + " | "
                      + " | ".join(_cell(student.get(k)) for k, _ in ABLATION_EVAL)
-                     + f" | {wall_time_cell(data)} | {decision} |")
+                     + f" | {_cell(start.get('teacher_space_flores_min'))} | {wall_time_cell(data)} | {decision} |")
     lines += ["", "Command of each row: `python bench/quality.py run --members <name>` (the name in brackets). "
               "`a` = the WiSE-FT weight the trainer chose on dev data (0 = the starting student, 1 = the best "
               "checkpoint).", stsb_noise_note(results.parent / "diagnostics" / "stsb_sample_size.json",
@@ -483,7 +512,8 @@ def light_section(config: Mapping[str, Any], results: Path) -> str:
     full_student = _student_summary(full_data)
     full_speed = (full_data["run"].get("student") or {}).get("sentences_per_second")
     headers = ["student", "changed (`-S` over the default)", "dim", "parameters", "size MB", "sentences/s", "speed x",
-               *[t for _, t in LIGHT_QUALITY], *[f"% of full {t}" for _, t in LIGHT_QUALITY], "primary", "wall", "gate"]
+               *[t for _, t in LIGHT_QUALITY], *[f"% of full {t}" for _, t in LIGHT_QUALITY], "primary", "targets",
+               "wall", "gate"]
     lines = ["## Light students (issue 14): size, speed and the quality they keep", "",
              "Each row is one `distill` flow run at the ablation's scale (`python bench/quality.py run --members NAME`), "
              f"compared with the full student of the same recipe and scale (`{full_spec['name']}`). "
@@ -497,12 +527,14 @@ def light_section(config: Mapping[str, Any], results: Path) -> str:
              "| " + " | ".join(headers) + " |", "|---|---|" + "---:|" * (len(headers) - 3) + "---|"]
     rows = [({"name": full_spec["name"], "label": "full student (the default recipe when the light rows ran)"}, full_data),
             *variants]
-    for spec, data in rows:
+    all_facts = [(data["run"] or {}).get("student") or {} for _, data in variants]
+    for index, (spec, data) in enumerate(rows):
         run, student = data["run"] or {}, _student_summary(data)
         facts = run.get("student") or {}
         speed = facts.get("sentences_per_second")
         kept = [100.0 * student[k] / full_student[k] if student.get(k) and full_student.get(k) else None
                 for k, _ in LIGHT_QUALITY]
+        targets = "-" if index == 0 else light_targets(facts, kept, all_facts)
         changed = ", ".join(f"`{k}={json.dumps(v)}`" for k, v in (spec.get("overrides") or {}).items()) or "-"
         decision = ((run.get("flow_result") or {}).get("promotion") or {}).get("decision", "-")
         lines.append(f"| {spec.get('label', spec['name'])} (`{spec['name']}`) | {changed} | {facts.get('dimension', '-')} "
@@ -510,9 +542,33 @@ def light_section(config: Mapping[str, Any], results: Path) -> str:
                      f"| {_cell(speed / full_speed if speed and full_speed else None, 2)} | "
                      + " | ".join(_cell(student.get(k)) for k, _ in LIGHT_QUALITY) + " | "
                      + " | ".join(_cell(value) for value in kept)
-                     + f" | {_cell(student.get('primary_score'))} | {wall_time_cell(data)} | {decision} |")
-    lines += [""]
+                     + f" | {_cell(student.get('primary_score'))} | {targets} | {wall_time_cell(data)} | {decision} |")
+    lines += ["", "'targets': the issue's targets this row misses (computed from the columns); a low-dimensional row "
+              "is compared for speed with the 384-d light rows of its size (parameters within 5 %).", ""]
     return "\n".join(lines) + "\n"
+
+
+LIGHT_MAX_PARAMETERS, LIGHT_MAX_MB = 50e6, 100.0
+
+
+def light_targets(facts: Mapping[str, Any], kept: list[float | None], others: list[Mapping[str, Any]]) -> str:
+    """'met', or the light-student targets a row misses: size, the quality it keeps, and (a low-dimensional
+    head) being faster than the full-dimensional light rows of its size."""
+    missed = []
+    if (facts.get("parameters") or 0) > LIGHT_MAX_PARAMETERS:
+        missed.append(f"parameters > {LIGHT_MAX_PARAMETERS / 1e6:.0f}M")
+    if (facts.get("size_mb") or 0) > LIGHT_MAX_MB:
+        missed.append(f"size > {LIGHT_MAX_MB:.0f} MB")
+    for value, (_, title) in zip(kept, LIGHT_QUALITY):
+        if value is None or value < LIGHT_KEEP_TARGET:
+            missed.append(f"{title} kept < {LIGHT_KEEP_TARGET:.0f} %")
+    dim, speed, parameters = facts.get("dimension"), facts.get("sentences_per_second"), facts.get("parameters") or 0
+    if dim and speed and dim < 384:
+        wide = [o["sentences_per_second"] for o in others if o.get("dimension") == 384 and o.get("sentences_per_second")
+                and abs((o.get("parameters") or 0) - parameters) <= 0.05 * parameters]
+        if wide and speed <= max(wide):
+            missed.append(f"not faster than the 384-d rows ({speed:.0f} vs {max(wide):.0f} sentences/s)")
+    return "met" if not missed else "missed: " + "; ".join(missed)
 
 
 def _student_summary(data: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ SECTION_ORDER = ["parallel", "teacher_embed", "train", "mining", "inference", "e
 # What a reader needs to read a section's numbers right (facts about the tools, not results).
 SECTION_NOTES = {
     "e2e": ("DVC restores a stage from its run cache only when all its outputs are cached and none "
-            "persists: `corpora` and `baselines` qualify; the stages whose metrics, plots and reports are "
+            "persists (the stages listed as restored above); the stages whose metrics, plots and reports are "
             "committed to git (`cache: false`, the example-get-started layout) and the persistent teacher "
             "store re-run in a new workspace. A clone of the committed repository gets those outputs from git "
             "and `dvc pull` instead, after which `dvc repro` has nothing to do (as in the 'nothing changed' row)."),
@@ -46,6 +46,48 @@ def _stages_line(row: dict) -> str:
     restored = ", ".join(details.get("stages_restored") or []) or "none"
     return (f"- {row['benchmark'].split(' (')[0]}: ran {', '.join(details['stages_run']) or 'nothing'}; "
             f"restored from the run cache: {restored}\n")
+
+
+# The code each benchmark times: a results file older than a change there measured other code.
+SECTION_SOURCES = {
+    "parallel": ["src/xdistill/data"],
+    "teacher_embed": ["src/xdistill/training/teacher_embed.py", "src/xdistill/training/teacher_store.py"],
+    "train": ["src/xdistill/training"],
+    "mining": ["src/xdistill/mining"],
+    "inference": ["src/xdistill/export", "src/xdistill/models"],
+    "export": ["src/xdistill/export", "src/xdistill/models"],
+    "vocabulary": ["src/xdistill/models/vocabulary.py"],
+    "e2e": ["src/xdistill", "dvc.yaml", "params.yaml"],
+}
+
+
+def _git(*args: str) -> str:
+    import subprocess
+
+    done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def freshness_line(name: str, results_file: Path) -> str:
+    """Which commit the results came in with, and whether the code they time changed after it."""
+    measured = _git("log", "-1", "--format=%h", "--", str(results_file.relative_to(ROOT)))
+    if not measured:
+        return ""
+    sources = SECTION_SOURCES.get(name)
+    if not sources:
+        return f"Results committed in {measured}.\n\n"
+    later = _git("log", "--format=%h", f"{measured}..HEAD", "--", *sources).split()
+    if not later:
+        return f"Results committed in {measured}; the code they time ({', '.join(sources)}) is unchanged since.\n\n"
+    return (f"Results committed in {measured}; **the code they time changed since** in {len(later)} commit(s) "
+            f"({', '.join(later[:5])}{', ...' if len(later) > 5 else ''}): re-run `{name}` to measure the current code.\n\n")
+
+
+def _notes(rows: list[dict]) -> str:
+    """Qualifications a row carries (e.g. a reference extrapolated from a sample), shown under its table."""
+    notes = [f"- {row['benchmark']}: {row['details']['reference_note']}\n" for row in rows
+             if (row.get("details") or {}).get("reference_note")]
+    return "".join(notes)
 
 
 def _verdict(passed: bool | None) -> str:
@@ -66,8 +108,9 @@ def render(results_dir: Path = RESULTS_DIR) -> str:
                 f"| {row['benchmark']} | {row['ours']} | {row['reference']} | {row['ratio']} "
                 f"| {row['target']} | {_verdict(row['passed'])} |\n"
             )
-        stages = "".join(_stages_line(row) for row in data["rows"])
+        stages = "".join(_stages_line(row) for row in data["rows"]) + _notes(data["rows"])
         parts.append(f"\n{stages}\n" if stages else "\n")
+        parts.append(freshness_line(path.stem, path))
         if data["name"] in SECTION_NOTES:
             parts.append(SECTION_NOTES[data["name"]] + "\n\n")
     return "".join(parts)

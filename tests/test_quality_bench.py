@@ -90,6 +90,58 @@ def test_the_ablation_notes_the_stsb_interval_at_the_rows_size(tmp_path: Path,
     assert report.stsb_noise_note(tmp_path / "absent.json", 100) == ""
 
 
+def test_light_rows_say_which_targets_they_miss(monkeypatch: pytest.MonkeyPatch) -> None:
+    light_targets = bench_module("quality_report", monkeypatch).light_targets
+    wide = {"dimension": 384, "parameters": 26.6e6, "size_mb": 104.5, "sentences_per_second": 231.7}
+    narrow = {"dimension": 128, "parameters": 26.6e6, "size_mb": 99.0, "sentences_per_second": 226.9}
+    assert light_targets(narrow, [98.0, 99.0], [wide, narrow]) == \
+        "missed: not faster than the 384-d rows (227 vs 232 sentences/s)"
+    assert light_targets({**narrow, "sentences_per_second": 300.0}, [98.0, 99.0], [wide]) == "met"
+    assert light_targets(wide, [75.6, None], [wide]) == \
+        "missed: size > 100 MB; STS17 kept < 97 %; Tatoeba kept < 97 %"
+
+
+def test_the_out_of_training_sentence_follows_the_signs_of_the_shifts(monkeypatch: pytest.MonkeyPatch) -> None:
+    shift = bench_module("quality_report", monkeypatch)._other_languages_shift
+    rows = ["all", "training", "other"]
+
+    def sentence(trained: float, other: float) -> str:
+        columns = {"base": {"training": 80.0, "other": 60.0},
+                   "student": {"training": 80.0 + trained, "other": 60.0 + other}}
+        return shift(columns, ["student"], "base", rows)
+
+    assert sentence(3.0, 1.0).endswith("gain less.") and "down" not in sentence(3.0, 1.0)
+    assert sentence(-2.0, -6.0).endswith("move down more.")
+    assert sentence(2.0, -1.0).endswith("move down.")
+    assert sentence(1.0, 2.0).endswith("fare no worse.")
+
+
+def test_a_baseline_cell_comes_from_the_first_member_that_measured_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    report = bench_module("quality_report", monkeypatch)
+    params = {"models": {"teacher": "pypi:all-mpnet-base-v2", "student": "pypi:multilingual-e5-small"}}
+
+    def member(name: str, start: dict) -> tuple[dict, dict]:
+        summary = {"models": {"student-start": start, "student": {"primary_score": 85.0}}}
+        return {"name": name}, {"eval": {"summary": summary}, "params": params}
+
+    early = member("early", {"primary_score": 83.1, "teacher_space_adapter_flores_min": None})
+    later = member("later", {"primary_score": 83.0, "teacher_space_adapter_flores_min": 89.4})
+    table = markdown_table_after("## Summary\n" + report.summary_table([early, later]), "## Summary")
+    start = "mE5-small + head fitted to mpnet-base (no training)"
+    assert table["primary score (mean of the STS, retrieval and mining task scores)"][start] == "83.1"
+    assert table["... through the adapter, worst language and direction"][start] == "89.4"
+
+
+def test_benchmarks_md_shows_a_rows_qualification_and_whether_its_code_changed_since(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    report = bench_module("report", monkeypatch)
+    rows = [{"benchmark": "mining 1e5", "details": {"reference_note": "loop timed on 2000 rows, extrapolated"}},
+            {"benchmark": "mining 1e4", "details": {}}]
+    assert report._notes(rows) == "- mining 1e5: loop timed on 2000 rows, extrapolated\n"
+    line = report.freshness_line("mining", ROOT / "bench" / "results" / "mining.json")
+    assert line.startswith("Results committed in ") and ("unchanged since" in line or "changed since" in line)
+
+
 def test_results_md_checks_the_targets_on_the_committed_embedded_default(monkeypatch: pytest.MonkeyPatch) -> None:
     """RESULTS.md's targets for the embedded default are those of the metrics committed beside it: a `dvc repro`
     that changed them without `python bench/quality.py report` after it leaves a stale RESULTS.md."""
