@@ -9,6 +9,7 @@ them, the machine and the date; this script only formats them, it never edits a 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -62,8 +63,6 @@ SECTION_SOURCES = {
 
 
 def _git(*args: str) -> str:
-    import subprocess
-
     done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
     return done.stdout.strip() if done.returncode == 0 else ""
 
