@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import random
 import tempfile
-from collections import deque
+from collections import Counter, deque
 from contextlib import ExitStack
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -232,9 +232,9 @@ def _held_out_rows(spools, dev_keys, dev_sentences) -> dict[tuple[str, str], fro
 def _count_available(spools, held, dev_keys) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
     """Per spool: pairs training may use, and pairs held out only for sharing a sentence with a held-out pair."""
     available, overlap = {}, {}
+    dev_by_spool = Counter(k[:2] for k in dev_keys)
     for key, spool in spools.items():
-        dev_here = sum(1 for k in dev_keys if k[:2] == key)
-        overlap[key] = len(held[key]) - dev_here
+        overlap[key] = len(held[key]) - dev_by_spool[key]
         available[key] = spool.count - len(held[key])
     return available, overlap
 

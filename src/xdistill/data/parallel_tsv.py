@@ -16,7 +16,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from xdistill.data.sampling import evenly_spaced
 from xdistill.errors import InputFileError
 from xdistill.io import atomic_path

@@ -28,9 +28,16 @@ def model_files(folder: Path) -> list[Path]:
     back to a folder already on the path is not entered twice.
     """
     files = []
+    # real paths of each walked folder's ancestors, built once per folder from its parent's set
+    above = {str(folder): frozenset(os.path.realpath(p) for p in [folder, *Path(folder).absolute().parents])}
     for root, dirs, names in os.walk(folder, followlinks=True):
-        seen = {os.path.realpath(parent) for parent in [root, *Path(root).parents]}
-        dirs[:] = [d for d in dirs if not d.startswith(".") and os.path.realpath(os.path.join(root, d)) not in seen]
+        kept = []
+        for name in dirs:
+            real = os.path.realpath(os.path.join(root, name))
+            if not name.startswith(".") and real not in above[root]:
+                kept.append(name)
+                above[os.path.join(root, name)] = above[root] | {real}
+        dirs[:] = kept
         files += [Path(root, name) for name in names if not name.startswith(".") and Path(root, name).is_file()]
     return sorted(files)
 

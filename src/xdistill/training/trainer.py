@@ -18,8 +18,8 @@ PNG).
 from __future__ import annotations
 
 import contextlib
-import math
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
