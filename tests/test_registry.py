@@ -150,6 +150,22 @@ def test_references_travel_as_tags_and_come_from_the_summary(tmp_path: Path) -> 
     assert Scores.from_tags(scores.as_tags()) == scores
 
 
+def test_primary_scores_over_different_tasks_are_not_compared(tmp_path: Path) -> None:
+    """A candidate evaluated without mining scores on another scale: the gate refuses to compare."""
+    from xdistill.registry.scores import read_summary_scores
+
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"primary_score": 0.9, "per_language": {"de": 0.9}, "task_sts": 0.8,
+                                "task_retrieval": 1.0, "task_mining": float("nan")}))
+    candidate = read_summary_scores(path)
+    assert candidate.tasks == ("retrieval", "sts") and Scores.from_tags(candidate.as_tags()) == candidate
+    champion = Scores(0.5, {"de": 0.5}, tasks=("mining", "retrieval", "sts"))
+    refused = judge(candidate, champion, 0.01, 0.02, ("champion",), champion_version="3")
+    assert not refused.promote and "different tasks" in refused.reasons[-1] and "champion 3" in refused.reasons[-1]
+    assert judge(candidate, Scores(0.5, {"de": 0.5}, tasks=("retrieval", "sts")), 0.01, 0.02, ("champion",)).promote
+    assert judge(candidate, Scores(0.5, {"de": 0.5}), 0.01, 0.02, ("champion",)).promote  # untagged: older version
+
+
 def test_summary_with_benchmark_per_language_scores(tmp_path: Path) -> None:
     from xdistill.registry.scores import read_summary_scores
 
@@ -265,6 +281,37 @@ def test_each_alias_has_its_own_history_and_a_hand_moved_alias_is_respected(trac
     assert _alias(tracking_uri) == v3
 
 
+def test_a_champion_set_by_hand_is_where_rollback_returns(tracking_uri: str) -> None:
+    """The gate beats the hand-set champion, so rolling back restores that one, not the gate's last pick."""
+    v1, v2, v3, v4 = (cheap_version(tracking_uri, score, {"de": score}) for score in (0.50, 0.60, 0.65, 0.70))
+    for version in (v1, v2):
+        assert promote(MODEL_NAME, version, tracking_uri=tracking_uri, config=GATE).decision == "promoted"
+    client_for(tracking_uri).set_registered_model_alias(MODEL_NAME, "champion", v3)  # by hand
+    result = promote(MODEL_NAME, v4, tracking_uri=tracking_uri, config=GATE)
+    assert (result.decision, result.previous_champion) == ("promoted", v3)
+    assert champion_history(MODEL_NAME, tracking_uri=tracking_uri) == [v1, v2, v3, v4]
+    assert rollback(MODEL_NAME, tracking_uri=tracking_uri, config=GATE) == (v4, v3)
+
+
+def test_an_unreachable_store_is_not_mistaken_for_a_missing_version(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that does not answer raises its own error; "no version" is kept for versions that do not exist."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    config = PromoteConfig(lock_file=str(tmp_path / "promote.lock"))
+    with pytest.raises(Exception) as raised:
+        promote(MODEL_NAME, "1", tracking_uri=f"http://127.0.0.1:{port}", config=config)
+    assert "has no version" not in str(raised.value)
+    with pytest.raises(Exception) as raised:
+        rollback(MODEL_NAME, tracking_uri=f"http://127.0.0.1:{port}", config=config)
+    assert "no 'champion' to roll back" not in str(raised.value)
+
+
 def test_gate_refuses_a_candidate_worse_than_its_base_on_a_real_store(tracking_uri: str) -> None:
     refs = {"student-untrained": Scores(0.60, {"de": 0.60}), "teacher": Scores(0.2, {"en": 0.8})}
     worse = cheap_version(tracking_uri, 0.58, {"en": 0.85, "de": 0.61}, references=refs)
@@ -376,6 +423,16 @@ def test_register_from_a_workspace_records_the_store_relative_to_the_registry_ro
     record = json.loads((workspace / "metrics" / "register.json").read_text())
     assert record["tracking_uri"] == "sqlite:///mlflow.db"  # no machine path, though the store is elsewhere
     assert read_registration(workspace / "metrics" / "register.json", project=project) == registration.as_dict()
+
+
+def test_register_into_a_deleted_experiment_says_how_to_restore_it(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    root = make_outputs_project(tmp_path / "project", 0.42, {"de": 0.5})
+    monkeypatch.setenv(REGISTRY_ROOT_ENV, str(root))
+    client = client_for(resolve_tracking_uri("sqlite:///mlflow.db", root))
+    client.delete_experiment(client.create_experiment("xdistill"))
+    with pytest.raises(XdistillError, match=r"experiment 'xdistill' .* was deleted: restore it"):
+        register_run(root)
 
 
 @pytest.mark.slow

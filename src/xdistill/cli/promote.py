@@ -31,8 +31,9 @@ def registry_settings(params: str, tracking_uri: str | None, model_name: str | N
     """(tracking URI, model name, promote section) from params.yaml and the flags.
 
     A relative store named in the params file (or the default one) lies in that file's project, as for
-    ``register``; one given with ``--tracking-uri`` is relative to the current folder. So is a relative
-    ``promote.lock_file``, so every promoter of the project holds the same lock. A local store that
+    ``register``; one given with ``--tracking-uri`` is relative to the current folder. ``XDISTILL_REGISTRY_ROOT``,
+    when set, replaces both folders (:func:`~xdistill.registry.store.registry_root`). A relative
+    ``promote.lock_file`` resolves the same way, so every promoter of the project holds the same lock. A local store that
     does not exist is an error: promoting in an empty store made on the spot would only say "no versions".
     """
     from xdistill.registry.store import (

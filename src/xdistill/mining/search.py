@@ -72,16 +72,22 @@ def search_index(queries: np.ndarray, corpus: np.ndarray, k: int, *, index_path:
         raise InputFileError(index_path, f"the index holds {corpus.shape[1]}-d vectors but {query_source} embeds "
                                          f"{queries.shape[1]}-d: query with a model that shares the index model's "
                                          "space (the teacher and its distilled student do)")
-    skipped = np.zeros(len(corpus), bool)
-    if skip_rows is not None:
+    kept_rows = None
+    if skip_rows is not None and len(skip_rows):
+        # search only the rows that hold text (asking for k + skipped neighbours instead would grow the
+        # result with every blank line: a corpus of paragraphs has as many blank lines as text ones)
+        skipped = np.zeros(len(corpus), bool)
         skipped[skip_rows] = True
-    # searching k + (rows skipped) leaves k hits per query whichever rows come up
-    scores, ids = knn_search(as_float32_matrix(queries, "queries"), as_float32_matrix(corpus, "index"),
-                             k + int(skipped.sum()))
+        kept_rows = np.flatnonzero(~skipped)
+        corpus = corpus[kept_rows]
+    if not len(corpus):
+        return
+    scores, ids = knn_search(as_float32_matrix(queries, "queries"), as_float32_matrix(corpus, "index"), k)
     for row in range(len(queries)):
-        kept = [column for column in range(ids.shape[1]) if not skipped[ids[row, column]]][:k]
-        for rank, column in enumerate(kept, start=1):
-            yield Hit(row, rank, int(ids[row, column]), float(scores[row, column]))
+        found = ids[row][ids[row] >= 0]  # an IVF search may fill slots with -1
+        for rank, (column, score) in enumerate(zip(found, scores[row][ids[row] >= 0]), start=1):
+            corpus_row = int(kept_rows[column]) if kept_rows is not None else int(column)
+            yield Hit(row, rank, corpus_row, float(score))
 
 
 def write_hits(hits: list[Hit], queries: list[str], corpus: LineFile | None, output: Path) -> int:

@@ -9,8 +9,9 @@ A candidate version becomes champion only if
    ``en.<benchmark>`` when scores are per benchmark) is at most ``tolerance`` below the teacher's;
 3. its primary score beats the champion's by more than ``margin``, and no language score falls
    more than ``tolerance`` below the champion's (languages the champion was not evaluated on
-   cannot regress). With no champion yet, this check passes; a champion without scores (an alias
-   set by hand) fails it.
+   cannot regress). Both primary scores must average the same tasks (the ``xdistill.tasks`` tag:
+   an evaluation without mining is on another scale). With no champion yet, this check passes; a
+   champion without scores (an alias set by hand) fails it.
 
 In every check a language score the reference has and the candidate lacks fails the check (an
 evaluation on fewer languages cannot show it is not worse on the others).
@@ -20,7 +21,8 @@ default). The references' scores come from the evaluation that scored the candid
 as the ``xdistill.references`` tag); a candidate registered without them fails checks 1 and 2. The decision and its reasons are written as
 tags on the candidate version (``promotion.decision``, ``promotion.reasons``,
 ``promotion.compared_to``). Each promotion appends the version to the registered model's
-``<alias>_history`` tag (a JSON list, one per alias); :func:`rollback` pops it and moves the alias back.
+``<alias>_history`` tag (a JSON list, one per alias; a champion set by hand is appended before the
+candidate that replaces it); :func:`rollback` pops it and moves the alias back.
 
 Promotions and rollbacks hold a file lock (see :func:`xdistill.registry.store.promotion_lock`)
 from reading the champion to moving the alias, so two racing promotions are serialised: the
@@ -130,6 +132,10 @@ def judge(candidate: Scores | None, champion: Scores | None, margin: float, tole
             failed = True
         elif champion is None:
             reasons.append(f"no champion yet: primary score {candidate.primary:.4f} becomes the reference")
+        elif candidate.tasks and champion.tasks and candidate.tasks != champion.tasks:
+            reasons.append(f"primary scores over different tasks (candidate: {', '.join(candidate.tasks)}; champion "
+                           f"{champion_version}: {', '.join(champion.tasks)}): evaluate both with the same benchmarks")
+            failed = True
         else:
             gain = candidate.primary - champion.primary
             beats = gain > margin
@@ -217,8 +223,13 @@ def promote(
         verdict = PROMOTED if decision.promote else REFUSED
         _tag_decision(client, model_name, candidate, verdict, decision.reasons, champion)
         if decision.promote:
+            history = _history(client, model_name, config.alias)
+            if champion is not None and (not history or history[-1] != champion):
+                history.append(champion)  # the alias was moved by hand: rollback must return to that version
+            # history first: if moving the alias then fails, rollback from the unchanged alias trims the
+            # candidate off again, whereas the other order would leave an alias the history never heard of
+            _write_history(client, model_name, config.alias, [*history, candidate])
             client.set_registered_model_alias(model_name, config.alias, candidate)
-            _write_history(client, model_name, config.alias, [*_history(client, model_name, config.alias), candidate])
         new_champion = candidate if decision.promote else champion
     log.info("%s version %s %s: %s", model_name, candidate, verdict, "; ".join(decision.reasons))
     return PromotionResult(model_name, candidate, verdict, decision.reasons, champion, new_champion)
@@ -278,7 +289,11 @@ def _get_version(client: Any, model_name: str, version: str) -> Any:
     try:
         return client.get_model_version(model_name, version)
     except MlflowException as exc:
-        raise XdistillError(f"registered model '{model_name}' has no version {version}") from exc
+        # only "not found" means no such version: a timeout, a 5xx or a locked database must not make the
+        # gate skip a champion or rollback drop a good former champion from the history
+        if _is_not_found(exc):
+            raise XdistillError(f"registered model '{model_name}' has no version {version}") from exc
+        raise
 
 
 def _version_exists(client: Any, model_name: str, version: str) -> bool:
@@ -290,12 +305,22 @@ def _version_exists(client: Any, model_name: str, version: str) -> bool:
 
 
 def _current_alias(client: Any, model_name: str, alias: str) -> str | None:
+    """The version holding ``alias``, None when none does (read from the model's alias map: no error means
+    "unset", any failure to read it is raised)."""
     from mlflow.exceptions import MlflowException
 
     try:
-        return str(client.get_model_version_by_alias(model_name, alias).version)
-    except MlflowException:
-        return None
+        model = client.get_registered_model(model_name)
+    except MlflowException as exc:
+        if _is_not_found(exc):
+            raise XdistillError(f"registered model '{model_name}' not found (run the register stage)") from exc
+        raise
+    version = (model.aliases or {}).get(alias)
+    return None if version is None else str(version)
+
+
+def _is_not_found(exc: Exception) -> bool:
+    return getattr(exc, "error_code", None) == "RESOURCE_DOES_NOT_EXIST"
 
 
 def _history(client: Any, model_name: str, alias: str) -> list[str]:

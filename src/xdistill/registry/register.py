@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from xdistill.config import SECTION_CONFIG, parse_section
-from xdistill.errors import InputFileError
+from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import PARAMS_FILE, load_params, write_json_atomic
 from xdistill.registry.scores import Scores, read_summary_scores
 from xdistill.registry.store import (
@@ -254,6 +254,11 @@ def _lineage_tags(root: Path) -> dict[str, str]:
 
 def _ensure_experiment(client: Any, name: str, tracking_uri: str) -> str:
     experiment = client.get_experiment_by_name(name)
+    if experiment is not None and experiment.lifecycle_stage == "deleted":
+        # MLflow keeps a deleted experiment's name taken and refuses runs in it
+        raise XdistillError(f"MLflow experiment '{name}' at {tracking_uri} was deleted: restore it (`mlflow "
+                            f"experiments restore --experiment-id {experiment.experiment_id}` or the UI) or set "
+                            "register.experiment to another name")
     if experiment is not None:
         return experiment.experiment_id
     try:

@@ -1,12 +1,14 @@
 """The scores a promotion compares, read from the evaluation summary (``metrics/eval/summary.json``).
 
-The evaluation stage writes ``primary_score`` (the documented headline number: the mean of the
-STS17 and Tatoeba averages over the configured languages) and ``per_language``: for each
+The evaluation stage writes ``primary_score`` (the documented headline number, defined by
+:data:`xdistill.evaluation.report.PRIMARY_SCORE_DEFINITION`: the mean of the STS, retrieval and mining
+task scores it measured, each also written as ``task_<name>``) and ``per_language``: for each
 language either one score or a mapping ``benchmark -> score``. Each numeric leaf of
 ``per_language`` is one *language score* (``de`` or ``de.sts17``); the gate checks every one of
 them for regressions. The same two numbers of the reference models evaluated beside the student
 (the untrained student and the teacher, under ``models`` in the summary) travel with them, so the
-gate can judge a candidate against its own starting point, not only against the champion.
+gate can judge a candidate against its own starting point, not only against the champion. The names
+of the measured tasks travel too: two primary scores over different tasks are not comparable.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from xdistill.registry.store import numeric_leaves
 PRIMARY_SCORE_TAG = "xdistill.primary_score"
 PER_LANGUAGE_TAG = "xdistill.per_language"
 REFERENCES_TAG = "xdistill.references"
+TASKS_TAG = "xdistill.tasks"
+TASK_PREFIX = "task_"  # summary.json keys of the task scores the primary score averages
 # the evaluation's reference models a candidate is also judged against (labels of summary.json "models")
 BASE_LABEL = "student-untrained"
 TEACHER_LABEL = "teacher"
@@ -38,6 +42,8 @@ class Scores:
     per_language: dict[str, float] = field(default_factory=dict)
     # the same scores of the reference models evaluated beside this one (untrained student, teacher)
     references: dict[str, Scores] = field(default_factory=dict)
+    # the tasks the primary score averages (empty: not recorded, e.g. a version registered before the tag)
+    tasks: tuple[str, ...] = ()
 
     def as_tags(self) -> dict[str, str]:
         """Model-version tags that carry these scores (the registry is the promotion's source of truth)."""
@@ -49,6 +55,8 @@ class Scores:
             tags[REFERENCES_TAG] = json.dumps(
                 {label: {"primary": ref.primary, "per_language": ref.per_language}
                  for label, ref in sorted(self.references.items())}, sort_keys=True)
+        if self.tasks:
+            tags[TASKS_TAG] = json.dumps(list(self.tasks))
         return tags
 
     @classmethod
@@ -61,7 +69,8 @@ class Scores:
             label: cls(float(ref["primary"]), {k: float(v) for k, v in ref.get("per_language", {}).items()})
             for label, ref in json.loads(tags.get(REFERENCES_TAG) or "{}").items()
         }
-        return cls(float(tags[PRIMARY_SCORE_TAG]), {k: float(v) for k, v in per_language.items()}, references)
+        tasks = tuple(str(task) for task in json.loads(tags.get(TASKS_TAG) or "[]"))
+        return cls(float(tags[PRIMARY_SCORE_TAG]), {k: float(v) for k, v in per_language.items()}, references, tasks)
 
 
 def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summary.json") -> Scores | None:
@@ -91,7 +100,9 @@ def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summar
         value = model.get("primary_score")
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
             references[label] = Scores(float(value), numeric_leaves(model.get("per_language") or {}))
-    return Scores(float(primary), numeric_leaves(per_language), references)
+    tasks = tuple(sorted(key[len(TASK_PREFIX):] for key, value in summary.items() if key.startswith(TASK_PREFIX)
+                         and isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)))
+    return Scores(float(primary), numeric_leaves(per_language), references, tasks)
 
 
 def read_summary_scores(path: str | Path) -> Scores | None:
