@@ -52,6 +52,19 @@ def test_export_writes_sentence_transformers_onnx_layout_and_report(exported) ->
     assert report["min_cosine_to_fp32"]["onnx"] >= ONNX_FP32_MIN_COSINE
 
 
+def test_a_dense_head_stays_float32_beside_the_fp16_weights(tmp_path: Path) -> None:
+    """The head's files serve the fp32 ONNX backend too: only the transformer is halved."""
+    from safetensors import safe_open
+
+    source = save_student(tiny_e5_student(output_dim=32), tmp_path / "student")
+    export_student(source, tmp_path / "exported", ["onnx", "fp16"])
+    dense = next((tmp_path / "exported").glob("*_Dense/model.safetensors"))
+    with safe_open(str(dense), "pt") as weights:
+        assert {str(weights.get_tensor(name).dtype) for name in weights.keys()} == {"torch.float32"}
+    with safe_open(str(tmp_path / "exported" / "model.safetensors"), "pt") as weights:
+        assert str(weights.get_tensor(next(iter(weights.keys()))).dtype) == "torch.float16"
+
+
 def test_graph_is_fused_and_int8_keeps_only_the_outlier_projection_in_fp32(tmp_path: Path) -> None:
     """Three real mE5 layers: attention and GELU fused; every weight MatMul int8 except layer 0's FFN output.
 

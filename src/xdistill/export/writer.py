@@ -80,7 +80,9 @@ def export_student(student_dir: str | Path, output_dir: str | Path, formats: Seq
                 feeds = {name: calibration[name].astype(np.int64) for name in model_input_names(model)}
                 report.int8_fp32_matmuls = quantize_int8(fp32, tmp / ONNX_FILES["onnx-int8"], feeds)
         if "fp16" in formats:
-            model.half()
+            # the transformer only: a Dense head's files are shared with the ONNX backends, whose fp32 graphs
+            # must not run behind a float16-rounded head (it is tiny, so fp32 costs nothing in size)
+            model[0].half()
         model.save(str(tmp))
         if "fp16" not in formats:
             _remove_torch_weights(tmp)
