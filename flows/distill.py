@@ -469,6 +469,13 @@ def seed_checkpoints(workspace: str, previous: str) -> list[str]:
     return names
 
 
+def training_checkpoints(workspace: Path) -> list[Path]:
+    """The training checkpoints (``*.pt``) a run's workspace holds, sorted."""
+    from xdistill.training.settings import OutputPaths
+
+    return sorted((workspace / OutputPaths().checkpoint_dir).glob("*.pt"))
+
+
 def copy_checkpoints(previous: Path, workspace: Path) -> list[str]:
     """Copy the training checkpoints of workspace ``previous`` into ``workspace``; return their names.
 
@@ -480,7 +487,7 @@ def copy_checkpoints(previous: Path, workspace: Path) -> list[str]:
 
     relative = OutputPaths().checkpoint_dir
     source = previous / relative
-    checkpoints = sorted(source.glob("*.pt"))
+    checkpoints = training_checkpoints(previous)
     if not checkpoints:
         raise ValueError(f"resume_from: {source} holds no training checkpoint (*.pt); "
                          "give the workspace folder of the interrupted run")
@@ -674,7 +681,8 @@ def distill(
         promote: Run the promotion gate on the new model version (champion alias, or the refusal reason as tags).
         project: The project checkout (default: XDISTILL_PROJECT_ROOT or the worker's working directory).
         workspace_parent: Where the private workspace goes (default: next to the project).
-        keep_workspace: Keep the private workspace afterwards (debugging).
+        keep_workspace: Keep the private workspace afterwards (debugging). A run that ends unsaved
+            (cancelled, interrupted or failed) after training wrote checkpoints keeps it anyway, for resume_from.
         resume_from: The workspace folder of an interrupted run (left behind when its process was
             killed): its training checkpoints seed this run, and the training resumes from its last
             one when the settings and data are the same (otherwise it starts afresh).
@@ -713,7 +721,14 @@ def distill(
                                      description=f"why {name} failed")
         raise
     finally:
-        if not keep_workspace:
+        if keep_workspace:
+            pass
+        elif not saved and training_checkpoints(Path(workspace)):
+            # a cancel (SIGTERM from the UI or the worker), Ctrl-C or a failure after training: the checkpoints
+            # may hold hours of work, and resume_from needs this folder
+            log.warning("run not saved: workspace %s kept with its training checkpoints; run again under another "
+                        "experiment name with resume_from=%s to continue, or delete the folder", workspace, workspace)
+        else:
             shutil.rmtree(workspace, ignore_errors=True)
 
 
@@ -840,10 +855,14 @@ def _run_subflow(parameters: dict[str, Any]) -> dict[str, Any]:
 
 
 def _run_member(deployment: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    """One sweep member as a flow run of ``deployment``; waits for it."""
+    """One sweep member as a flow run of ``deployment``; waits for it. A member the server refuses (a value
+    outside the deployment's schema) is that member's failure, as in :func:`_run_subflow`."""
     from prefect.deployments import run_deployment
 
-    run = run_deployment(deployment, parameters=parameters, timeout=None)
+    try:
+        run = run_deployment(deployment, parameters=parameters, timeout=None)
+    except Exception as exc:
+        return {"failed": f"{type(exc).__name__}: {exc}", "flow_run": None}
     return _member_result(run.state, str(run.id))
 
 

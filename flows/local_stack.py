@@ -214,6 +214,13 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _ignore_interrupts() -> None:
+    """From here on only the stop runs: a second Ctrl-C or kill would cut it short and leave the server,
+    the workers and their flow runs (each in its own session) running, with the port taken."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 def _serve_until_interrupted(servers: list[subprocess.Popen[bytes] | None], stop: list[Callable[[], None]]) -> int:
     """Wait while every server runs; Ctrl-C or a plain `kill` (see main) end in the orderly stop."""
     try:
@@ -223,6 +230,7 @@ def _serve_until_interrupted(servers: list[subprocess.Popen[bytes] | None], stop
     except KeyboardInterrupt:
         return 0
     finally:
+        _ignore_interrupts()
         for stop_one in stop:
             stop_one()
 
@@ -248,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             ui.start()
         except BaseException:
+            _ignore_interrupts()
             ui.stop()
             raise
         print(f"MLflow UI: {ui.url}  (store {ui.store()}). Ctrl-C stops it.", flush=True)
@@ -264,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.gpu_worker:
                 stack.start_worker("gpu")
     except BaseException:
+        _ignore_interrupts()
         stack.stop()
         raise
     print(f"Prefect UI: {stack.ui_url}  (API {stack.api_url}; logs in {stack.log_dir})")

@@ -88,6 +88,17 @@ def test_graph_is_fused_and_int8_keeps_only_the_outlier_projection_in_fp32(tmp_p
     assert Counter(n.op_type for n in int8.graph.node)["MatMulInteger"] == 3 * 6 - 1  # Q, K, V, out, FFN in/out
 
 
+@pytest.mark.parametrize("backend", ["onnx", "onnx-int8"])
+def test_a_line_longer_than_the_model_is_cut_as_pytorch_cuts_it(exported, backend: str) -> None:
+    """sentence-transformers 6 saves no max_seq_length: the ONNX graph must still never see more positions."""
+    source, folder = exported
+    long_line = " ".join(SENTENCES) * 8  # thousands of tokens, past the 512 positions
+    reference = load_student(source, "torch", device="cpu").encode([long_line])
+    onnx_student = load_student(folder, backend)
+    assert onnx_student.max_seq_length == 512
+    assert cosines(onnx_student.encode([long_line]), reference)[0] >= ONNX_INT8_MIN_COSINE
+
+
 def test_outlier_matmuls_are_those_spanning_over_twice_the_median() -> None:
     assert outlier_matmuls({"a": 12.0, "b": 70.0, "c": 33.0, "d": 6.0, "e": 11.0}) == ["b", "c"]
     assert outlier_matmuls({"only": 50.0}) == [] and outlier_matmuls({}) == []

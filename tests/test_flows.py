@@ -301,6 +301,9 @@ def test_a_run_failing_after_registration_takes_its_model_version_back(tmp_path:
     assert (project / "mlflow.db").is_file()  # the register stage did register a version
     assert client.search_model_versions("name = 'xdistill-student'") == []
     assert run(["git", "status", "--porcelain"], project).stdout == ""
+    # the unsaved run trained: its workspace stays for resume_from (it was deleted with the checkpoints)
+    kept = distill_flows.training_checkpoints(project.parent / f".{project.name}-exp-unsaved")
+    assert [path.name for path in kept if path.name == "last.pt"] == ["last.pt"]
 
 
 def _distill_results_from_the_api() -> list[dict]:

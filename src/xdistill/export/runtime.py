@@ -107,8 +107,8 @@ class OnnxTransformer(InputModule):
         texts = [str(text) for text in inputs]
         if prompt:
             texts = self._prepend_prompt(texts, prompt)
-        features = dict(self.tokenizer(texts, padding=True, truncation=self._max_seq_length is not None,
-                                       max_length=self._max_seq_length, return_tensors="pt"))
+        features = dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self._max_seq_length,
+                                       return_tensors="pt"))
         if prompt:
             features["prompt_length"] = self._prompt_length(prompt)
         return features
@@ -155,7 +155,7 @@ def _onnx_sentence_transformer(folder: Path, onnx_path: Path, threads: int | Non
     modules_config = _read_json(folder / "modules.json")
     bert_config = _read_json(folder / "sentence_bert_config.json", required=False)
     tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
-    first = OnnxTransformer(onnx_path, tokenizer, bert_config.get("max_seq_length"), threads)
+    first = OnnxTransformer(onnx_path, tokenizer, _max_seq_length(folder, bert_config, tokenizer), threads)
     rest = []
     for entry in modules_config[1:]:
         module_class = import_from_string(entry["type"])
@@ -165,6 +165,17 @@ def _onnx_sentence_transformer(folder: Path, onnx_path: Path, threads: int | Non
     return SentenceTransformer(modules=[first, *rest], device="cpu", prompts=st_config.get("prompts"),
                                default_prompt_name=st_config.get("default_prompt_name"),
                                similarity_fn_name=st_config.get("similarity_fn_name"))
+
+
+def _max_seq_length(folder: Path, bert_config: dict[str, Any], tokenizer: Any) -> int:
+    """The token limit the PyTorch backend applies, so a long line is cut where it would be there: the saved
+    ``max_seq_length`` (sentence-transformers 6 no longer writes it), else the tokenizer's limit capped at the
+    model's position embeddings (an ONNX graph fed more positions than it has fails)."""
+    if bert_config.get("max_seq_length"):
+        return int(bert_config["max_seq_length"])
+    positions = _read_json(folder / "config.json", required=False).get("max_position_embeddings")
+    limit = int(tokenizer.model_max_length)
+    return min(limit, int(positions)) if positions and positions > 0 else limit
 
 
 def _read_json(path: Path, required: bool = True) -> Any:
