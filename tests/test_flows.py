@@ -292,7 +292,10 @@ def test_a_run_failing_after_registration_takes_its_model_version_back(tmp_path:
 
     project = make_mini_project(tmp_path / "mini")
 
-    def unsavable(*_args, **_kwargs):
+    def unsavable(workspace, *_args, **_kwargs):
+        # the mini pipeline has no train stage: leave what a real one leaves (persisted checkpoints)
+        (Path(workspace) / "data" / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (Path(workspace) / "data" / "checkpoints" / "last.pt").write_bytes(b"hours of training")
         raise RuntimeError("dvc exp push: the disk is full")
     monkeypatch.setattr(distill_flows, "push_experiment", unsavable)
     with prefect_test_harness(server_startup_timeout=180), pytest.raises(RuntimeError, match="disk is full"):
@@ -303,7 +306,7 @@ def test_a_run_failing_after_registration_takes_its_model_version_back(tmp_path:
     assert run(["git", "status", "--porcelain"], project).stdout == ""
     # the unsaved run trained: its workspace stays for resume_from (it was deleted with the checkpoints)
     kept = distill_flows.training_checkpoints(project.parent / f".{project.name}-exp-unsaved")
-    assert [path.name for path in kept if path.name == "last.pt"] == ["last.pt"]
+    assert [path.read_bytes() for path in kept] == [b"hours of training"]
 
 
 def _distill_results_from_the_api() -> list[dict]:
