@@ -476,6 +476,11 @@ def training_checkpoints(workspace: Path) -> list[Path]:
     return sorted((workspace / OutputPaths().checkpoint_dir).glob("*.pt"))
 
 
+def _checkpoint_stamps(workspace: Path) -> dict[str, int]:
+    """Each training checkpoint's name and modification time (ns): which ones a run wrote itself."""
+    return {path.name: path.stat().st_mtime_ns for path in training_checkpoints(workspace)}
+
+
 def copy_checkpoints(previous: Path, workspace: Path) -> list[str]:
     """Copy the training checkpoints of workspace ``previous`` into ``workspace``; return their names.
 
@@ -696,9 +701,11 @@ def distill(
     workspace = prepare_workspace(str(root), name, workspace_parent if _is_set(workspace_parent) else None)
     saved = False
     committed_registration = _registration(Path(workspace), root)  # from the project's last commit, if any
+    seeded: dict[str, int] = {}
     try:
         if _is_set(resume_from):
             seed_checkpoints(workspace, resume_from)
+            seeded = _checkpoint_stamps(Path(workspace))
         params = set_params(workspace, mirror_from_workspace(values, root, Path(workspace)))
         stages = run_experiment(Path(workspace), root, name)
         rev = push_experiment(workspace, str(root), name)
@@ -723,7 +730,7 @@ def distill(
     finally:
         if keep_workspace:
             pass
-        elif not saved and training_checkpoints(Path(workspace)):
+        elif not saved and _checkpoint_stamps(Path(workspace)).items() - seeded.items():
             # a cancel (SIGTERM from the UI or the worker), Ctrl-C or a failure after training: the checkpoints
             # may hold hours of work, and resume_from needs this folder
             log.warning("run not saved: workspace %s kept with its training checkpoints; run again under another "
@@ -826,6 +833,7 @@ def sweep(
     shared = {"promote": promote, **({"project": project} if _is_set(project) else {})}
     members = [{**shared, **member} for member in param_sets]
     if _is_set(deployment):
+        check_deployment(deployment)
         with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:
             results = list(pool.map(lambda member: _run_member(deployment, member), members))
     else:
@@ -859,11 +867,27 @@ def _run_member(deployment: str, parameters: dict[str, Any]) -> dict[str, Any]:
     outside the deployment's schema) is that member's failure, as in :func:`_run_subflow`."""
     from prefect.deployments import run_deployment
 
+    from prefect.exceptions import PrefectHTTPStatusError
+
     try:
         run = run_deployment(deployment, parameters=parameters, timeout=None)
-    except Exception as exc:
-        return {"failed": f"{type(exc).__name__}: {exc}", "flow_run": None}
+    except PrefectHTTPStatusError as exc:
+        if exc.response.status_code not in (409, 422):  # only the server refusing this member's values
+            raise
+        return {"failed": f"refused by the server: {exc}", "flow_run": None}
     return _member_result(run.state, str(run.id))
+
+
+def check_deployment(deployment: str) -> None:
+    """Refuse a sweep whose deployment does not exist before any member runs (each would fail alike)."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_deployment_by_name(deployment)
+        except ObjectNotFound:
+            raise ValueError(f"deployment '{deployment}' not found (flow/deployment, e.g. distill/cpu)") from None
 
 
 def _member_result(state: Any, flow_run_id: str) -> dict[str, Any]:

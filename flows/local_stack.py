@@ -211,6 +211,7 @@ def free_port() -> int:
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    _ignore_interrupts()  # the first one starts the stop; a second must not cut it short
     raise KeyboardInterrupt
 
 

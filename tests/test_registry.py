@@ -291,6 +291,13 @@ def test_a_champion_set_by_hand_is_where_rollback_returns(tracking_uri: str) -> 
     assert (result.decision, result.previous_champion) == ("promoted", v3)
     assert champion_history(MODEL_NAME, tracking_uri=tracking_uri) == [v1, v2, v3, v4]
     assert rollback(MODEL_NAME, tracking_uri=tracking_uri, config=GATE) == (v4, v3)
+    # moved back by hand to an earlier champion: the versions after it stay demoted
+    client_for(tracking_uri).set_registered_model_alias(MODEL_NAME, "champion", v1)
+    v5 = cheap_version(tracking_uri, 0.80, {"de": 0.80})
+    assert promote(MODEL_NAME, v5, tracking_uri=tracking_uri, config=GATE).decision == "promoted"
+    assert champion_history(MODEL_NAME, tracking_uri=tracking_uri) == [v1, v5]
+    with pytest.raises(XdistillError, match="must be a number"):
+        promote(MODEL_NAME, "v3", tracking_uri=tracking_uri, config=GATE)
 
 
 def test_an_unreachable_store_is_not_mistaken_for_a_missing_version(tmp_path: Path,

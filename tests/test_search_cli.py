@@ -72,7 +72,13 @@ def test_load_index_names_a_file_that_is_no_npy_matrix(content: bytes | None, pr
         load_index(path)
 
 
-def test_blank_corpus_lines_are_never_hits(corpus, tmp_path: Path) -> None:
+@pytest.mark.parametrize("extra_neighbours", [1024, 0], ids=["searched-past", "text-rows-alone"])
+def test_blank_corpus_lines_are_never_hits(corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           extra_neighbours: int) -> None:
+    """Both ways of leaving blank lines out: a few searched past, many by searching the text rows alone."""
+    import xdistill.mining.search as search
+
+    monkeypatch.setattr(search, "MAX_EXTRA_NEIGHBOURS", extra_neighbours)
     text, _ = corpus
     lines = text.read_text(encoding="utf-8").splitlines()[:6]
     gappy = tmp_path / "gappy.en"

@@ -31,6 +31,7 @@ class Hit:
 
 INDEX_CHECK_ROWS = 1000  # rows whose length is checked when an index is opened
 INDEX_NORM_TOLERANCE = 1e-2  # float16 indexes round lengths by ~1e-3
+MAX_EXTRA_NEIGHBOURS = 1024  # blank corpus lines searched past; more: the text rows are searched alone
 
 
 def load_index(path: str | Path) -> np.ndarray:
@@ -72,22 +73,25 @@ def search_index(queries: np.ndarray, corpus: np.ndarray, k: int, *, index_path:
         raise InputFileError(index_path, f"the index holds {corpus.shape[1]}-d vectors but {query_source} embeds "
                                          f"{queries.shape[1]}-d: query with a model that shares the index model's "
                                          "space (the teacher and its distilled student do)")
-    kept_rows = None
-    if skip_rows is not None and len(skip_rows):
-        # search only the rows that hold text (asking for k + skipped neighbours instead would grow the
-        # result with every blank line: a corpus of paragraphs has as many blank lines as text ones)
-        skipped = np.zeros(len(corpus), bool)
+    skipped = np.zeros(len(corpus), bool)
+    if skip_rows is not None:
         skipped[skip_rows] = True
-        kept_rows = np.flatnonzero(~skipped)
+    extra, kept_rows = int(skipped.sum()), None
+    if extra > MAX_EXTRA_NEIGHBOURS:
+        # many blank lines (a corpus of paragraphs): asking for k + (blank lines) neighbours would grow the
+        # result with each one, so search a copy of the text rows instead (memory for speed)
+        kept_rows, extra = np.flatnonzero(~skipped), 0
         corpus = corpus[kept_rows]
     if not len(corpus):
         return
-    scores, ids = knn_search(as_float32_matrix(queries, "queries"), as_float32_matrix(corpus, "index"), k)
+    scores, ids = knn_search(as_float32_matrix(queries, "queries"), as_float32_matrix(corpus, "index"), k + extra)
+    if kept_rows is not None:
+        ids = np.where(ids >= 0, kept_rows[np.maximum(ids, 0)], -1)
     for row in range(len(queries)):
-        found = ids[row][ids[row] >= 0]  # an IVF search may fill slots with -1
-        for rank, (column, score) in enumerate(zip(found, scores[row][ids[row] >= 0]), start=1):
-            corpus_row = int(kept_rows[column]) if kept_rows is not None else int(column)
-            yield Hit(row, rank, corpus_row, float(score))
+        # an IVF search may fill slots with -1; a few skipped rows were searched past
+        kept = [column for column in range(ids.shape[1]) if ids[row, column] >= 0 and not skipped[ids[row, column]]]
+        for rank, column in enumerate(kept[:k], start=1):
+            yield Hit(row, rank, int(ids[row, column]), float(scores[row, column]))
 
 
 def write_hits(hits: list[Hit], queries: list[str], corpus: LineFile | None, output: Path) -> int:

@@ -21,8 +21,9 @@ default). The references' scores come from the evaluation that scored the candid
 as the ``xdistill.references`` tag); a candidate registered without them fails checks 1 and 2. The decision and its reasons are written as
 tags on the candidate version (``promotion.decision``, ``promotion.reasons``,
 ``promotion.compared_to``). Each promotion appends the version to the registered model's
-``<alias>_history`` tag (a JSON list, one per alias; a champion set by hand is appended before the
-candidate that replaces it); :func:`rollback` pops it and moves the alias back.
+``<alias>_history`` tag (a JSON list, one per alias; a champion set by hand joins it before the candidate
+that replaces it, or cuts it back when it is an earlier champion); :func:`rollback` pops it and moves the
+alias back.
 
 Promotions and rollbacks hold a file lock (see :func:`xdistill.registry.store.promotion_lock`)
 from reading the champion to moving the alias, so two racing promotions are serialised: the
@@ -210,6 +211,8 @@ def promote(
     client = client_for(tracking_uri)
     with promotion_lock(tracking_uri, config.lock_file):
         candidate = str(version) if version is not None else _newest_version(client, model_name)
+        if not candidate.isdigit():
+            raise XdistillError(f"model version must be a number, got {candidate!r}")
         candidate_version = _get_version(client, model_name, candidate)
         champion = _current_alias(client, model_name, config.alias)
         if champion == candidate:
@@ -223,13 +226,13 @@ def promote(
         verdict = PROMOTED if decision.promote else REFUSED
         _tag_decision(client, model_name, candidate, verdict, decision.reasons, champion)
         if decision.promote:
-            history = _history(client, model_name, config.alias)
-            if champion is not None and (not history or history[-1] != champion):
-                history.append(champion)  # the alias was moved by hand: rollback must return to that version
-            # history first: if moving the alias then fails, rollback from the unchanged alias trims the
-            # candidate off again, whereas the other order would leave an alias the history never heard of
-            _write_history(client, model_name, config.alias, [*history, candidate])
-            client.set_registered_model_alias(model_name, config.alias, candidate)
+            before = _history(client, model_name, config.alias)
+            _write_history(client, model_name, config.alias, _history_after(before, champion, candidate))
+            try:
+                client.set_registered_model_alias(model_name, config.alias, candidate)
+            except BaseException:
+                _write_history(client, model_name, config.alias, before)  # the alias did not move
+                raise
         new_champion = candidate if decision.promote else champion
     log.info("%s version %s %s: %s", model_name, candidate, verdict, "; ".join(decision.reasons))
     return PromotionResult(model_name, candidate, verdict, decision.reasons, champion, new_champion)
@@ -274,6 +277,18 @@ def rollback(
 def champion_history(model_name: str, *, tracking_uri: str | None = None, alias: str = CHAMPION_ALIAS) -> list[str]:
     """The versions the gate gave ``alias``, oldest first (the last one holds it unless moved by hand)."""
     return _history(client_for(resolve_tracking_uri(tracking_uri)), model_name, alias)
+
+
+def _history_after(history: list[str], champion: str | None, candidate: str) -> list[str]:
+    """The alias history once ``candidate`` replaces ``champion``: rollback must return to the version that
+    really held the alias. One moved back by hand to an earlier champion cuts the history there (the versions
+    after it were demoted by hand); one set by hand to a version the gate never promoted joins it."""
+    history = list(history)
+    if champion is not None and champion in history:
+        del history[len(history) - history[::-1].index(champion):]
+    elif champion is not None:
+        history.append(champion)
+    return [*history, candidate]
 
 
 def _newest_version(client: Any, model_name: str) -> str:
