@@ -728,14 +728,13 @@ def distill(
                                      description=f"why {name} failed")
         raise
     finally:
-        if keep_workspace:
-            pass
-        elif not saved and _checkpoint_stamps(Path(workspace)).items() - seeded.items():
-            # a cancel (SIGTERM from the UI or the worker), Ctrl-C or a failure after training: the checkpoints
-            # may hold hours of work, and resume_from needs this folder
+        # a cancel (SIGTERM from the UI or the worker), Ctrl-C or a failure after training: the checkpoints it
+        # wrote may hold hours of work, and resume_from needs this folder
+        trained_unsaved = not saved and bool(_checkpoint_stamps(Path(workspace)).items() - seeded.items())
+        if trained_unsaved and not keep_workspace:
             log.warning("run not saved: workspace %s kept with its training checkpoints; run again under another "
                         "experiment name with resume_from=%s to continue, or delete the folder", workspace, workspace)
-        else:
+        elif not keep_workspace:
             shutil.rmtree(workspace, ignore_errors=True)
 
 
@@ -866,7 +865,6 @@ def _run_member(deployment: str, parameters: dict[str, Any]) -> dict[str, Any]:
     """One sweep member as a flow run of ``deployment``; waits for it. A member the server refuses (a value
     outside the deployment's schema) is that member's failure, as in :func:`_run_subflow`."""
     from prefect.deployments import run_deployment
-
     from prefect.exceptions import PrefectHTTPStatusError
 
     try:

@@ -254,7 +254,7 @@ def rollback(
             raise XdistillError(f"{model_name}: '{config.alias}' holds version {current}, which the gate never promoted "
                                 "(alias moved by hand?): set the alias yourself, rollback follows the gate's history only")
         # the alias may have been moved back by hand to an earlier champion: roll back from there
-        del history[len(history) - history[::-1].index(current):]
+        history = _cut_after(history, current)
         deleted = []
         while history and (history[-1] == current or not _version_exists(client, model_name, history[-1])):
             popped = history.pop()
@@ -283,12 +283,16 @@ def _history_after(history: list[str], champion: str | None, candidate: str) -> 
     """The alias history once ``candidate`` replaces ``champion``: rollback must return to the version that
     really held the alias. One moved back by hand to an earlier champion cuts the history there (the versions
     after it were demoted by hand); one set by hand to a version the gate never promoted joins it."""
-    history = list(history)
-    if champion is not None and champion in history:
-        del history[len(history) - history[::-1].index(champion):]
-    elif champion is not None:
-        history.append(champion)
-    return [*history, candidate]
+    if champion is None:
+        return [*history, candidate]
+    if champion in history:
+        return [*_cut_after(history, champion), candidate]
+    return [*history, champion, candidate]
+
+
+def _cut_after(history: list[str], version: str) -> list[str]:
+    """``history`` up to and including the last entry of ``version``, which it must hold."""
+    return history[:len(history) - history[::-1].index(version)]
 
 
 def _newest_version(client: Any, model_name: str) -> str:
