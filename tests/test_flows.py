@@ -6,10 +6,12 @@ is tests/test_ui_browser.py; the sweep below runs the distill flow twice on a tw
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -221,6 +223,26 @@ def test_a_sweep_with_an_unknown_parameter_is_refused_before_any_member_runs() -
         distill_flows.check_members([{"train_steps": 100}, {"train_step": 200}])
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_sweep_over_a_deployment_checks_it_and_keeps_a_refused_member_as_that_members_failure(
+        tmp_path: Path) -> None:
+    """The server refuses a member whose value breaks the deployment's schema (HTTP 409): that member
+    fails, the sweep goes on and reports it; a deployment that does not exist stops it before any member."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        distill_flows.distill.to_deployment(name="schema").apply()
+        with pytest.raises(ValueError, match="deployment 'distill/absent' not found"):
+            distill_flows.sweep(param_sets=[{"train_steps": 1}], deployment="distill/absent", project=str(tmp_path))
+        results = distill_flows.sweep(param_sets=[{"train_steps": 0}, {"train_steps": "many"}],
+                                      deployment="distill/schema", project=str(tmp_path))
+    assert [result["flow_run"] for result in results] == [None, None]  # no flow run was created for either
+    for result in results:
+        assert result["failed"].startswith("refused by the server: ")
+        assert "409" in result["failed"]
+
+
 # --- the sweep: the distill flow run twice on a two-stage project -------------------------------
 
 
@@ -246,6 +268,45 @@ def test_stopping_a_worker_stops_its_flow_runs_in_their_own_sessions(tmp_path: P
     assert worker.poll() is not None
     psutil.wait_procs([flow_run], timeout=10)
     assert not flow_run.is_running() or flow_run.status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ctrl_c_pressed_again_while_the_ui_stops_still_stops_everything(tmp_path: Path) -> None:
+    """`local_stack.py mlflow` (scripts/mlflow_ui.sh) on its own project copy: Ctrl-C, then a kill and
+    Ctrl-C again while the stop runs, must not cut the stop short: the server goes and the port is free."""
+    import socket
+    import subprocess
+
+    import psutil
+    from local_stack import free_port
+
+    (tmp_path / "flows").mkdir()
+    shutil.copy(FLOWS_DIR / "local_stack.py", tmp_path / "flows" / "local_stack.py")
+    (tmp_path / "params.yaml").write_text("register:\n  tracking_uri: sqlite:///mlflow.db\n")
+    port = free_port()
+    stack = subprocess.Popen([sys.executable, str(tmp_path / "flows" / "local_stack.py"), "mlflow", "--port", str(port)],
+                             stdout=subprocess.PIPE, text=True)
+    servers: list[psutil.Process] = []
+    try:
+        assert stack.stdout is not None  # the server's own log shares it: read up to the ready line
+        assert any(line.startswith(f"MLflow UI: http://127.0.0.1:{port}") for line in stack.stdout)
+        servers = psutil.Process(stack.pid).children(recursive=True)
+        assert servers  # the mlflow server, in a session of its own
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGINT):
+            stack.send_signal(signum)
+            time.sleep(0.2)
+        assert stack.wait(timeout=120) == 0
+        psutil.wait_procs(servers, timeout=10)
+        assert not [proc for proc in servers if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE]
+    finally:  # a failed stop must not leave its server behind for the rest of the suite
+        if stack.poll() is None:
+            stack.kill()
+        for proc in servers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0  # nothing listens any more
 
 
 @pytest.mark.slow
