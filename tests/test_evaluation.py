@@ -12,7 +12,14 @@ from xdistill.data.sampling import evenly_spaced
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.evaluation.bias import language_bias
 from xdistill.evaluation.metrics import mean_or_nan, paired_cosine, spearman_x100
-from xdistill.evaluation.report import flatten, metrics_view, per_language_scores, primary_score, task_scores
+from xdistill.evaluation.report import (
+    benchmark_notes,
+    flatten,
+    metrics_view,
+    per_language_scores,
+    primary_score,
+    task_scores,
+)
 from xdistill.evaluation.sts import (
     STS17_TRACKS,
     STSSet,
@@ -24,7 +31,7 @@ from xdistill.evaluation.sts import (
     scored_line_count,
 )
 from xdistill.evaluation.suite import EvaluationSettings, project_2d
-from xdistill.evaluation.tatoeba import available_codes, read_tatoeba_pairs, tatoeba_code, tatoeba_scores
+from xdistill.evaluation.tatoeba import available_codes, read_tatoeba_pairs, tatoeba_code, tatoeba_pairs, tatoeba_scores
 
 
 def unit(*values: float) -> np.ndarray:
@@ -127,12 +134,13 @@ def test_sts17_tr_en_gold_scores_belong_to_the_first_250_lines(mirror_dir: Path)
     assert len(lines) == 500 and len(track) == 250
     assert [f"{a}\t{b}" for a, b in zip(track.sentences1, track.sentences2)] == lines[:250]
     assert any("first 250" in note for note in track.notes)
-    assert scored_line_count("tr-en", 500, 250, Path("x")) == 250
+    assert scored_line_count("tr-en", 500, 250, Path("x"), Path("y")) == 250
 
 
 def test_sts_input_and_gold_count_mismatch_is_reported(tmp_path: Path):
-    with pytest.raises(InputFileError, match="500 input pairs but 250 gold"):
-        scored_line_count("en-en", 500, 250, tmp_path / "STS.input.track5.en-en.txt")
+    with pytest.raises(InputFileError, match="500 input pairs but 250 gold scores in .*STS.gs.track5.en-en.txt"):
+        scored_line_count("en-en", 500, 250, tmp_path / "STS.input.track5.en-en.txt",
+                          tmp_path / "STS.gs.track5.en-en.txt")
     inputs = tmp_path / "STS2017.eval.v1.1"
     gold = tmp_path / "STS2017.gs"
     inputs.mkdir()
@@ -141,6 +149,18 @@ def test_sts_input_and_gold_count_mismatch_is_reported(tmp_path: Path):
     (gold / "STS.gs.track5.en-en.txt").write_text("1.0\n2.0\n", encoding="utf-8")
     with pytest.raises(InputFileError, match=r"track5.en-en.txt:2: expected 2 tab-separated"):
         read_sts17_track(tmp_path, "en-en")
+
+
+def test_sts17_track_with_fewer_than_two_scored_pairs_names_the_gold_file(tmp_path: Path):
+    # Spearman refused it as "needs at least two pairs", naming no file
+    (tmp_path / "STS2017.eval.v1.1").mkdir()
+    (tmp_path / "STS2017.gs").mkdir()
+    (tmp_path / "STS2017.eval.v1.1" / "STS.input.track5.en-en.txt").write_text("a\tb\nc\td\n", encoding="utf-8")
+    gold = tmp_path / "STS2017.gs" / "STS.gs.track5.en-en.txt"
+    gold.write_text("1.0\n\n", encoding="utf-8")  # the second pair is unscored
+    with pytest.raises(InputFileError, match="1 scored pair.*needs at least two") as caught:
+        read_sts17_track(tmp_path, "en-en")
+    assert caught.value.path == gold
 
 
 # ------------------------------------------------------------------ stsb-multi-mt
@@ -207,6 +227,14 @@ def test_tatoeba_codes_and_files(mirror_dir: Path):
     assert len(xx) == len(en) == 3 and xx[0].startswith("Maria") and en[0].startswith("Mary")
 
 
+def test_empty_tatoeba_files_are_named(tmp_path: Path):
+    # retrieval accuracy refused them as "needs at least one pair", naming no file
+    (tmp_path / "tatoeba.deu-eng.deu").write_text("", encoding="utf-8")
+    (tmp_path / "tatoeba.deu-eng.eng").write_text("", encoding="utf-8")
+    with pytest.raises(InputFileError, match=r"tatoeba.deu-eng.deu: no sentences \(nor in tatoeba.deu-eng.eng\)"):
+        tatoeba_pairs(tmp_path, "deu")
+
+
 # ------------------------------------------------------------------ language bias
 
 
@@ -220,6 +248,14 @@ def test_language_bias_expected_vs_actual():
     assert bias["actual"] == pytest.approx(100 * 8 / math.sqrt(280))
     assert bias["difference"] == pytest.approx(100 * 8 / math.sqrt(280) - 100)
     assert bias["per_set"] == pytest.approx({"en-en": 100.0, "en-de": 100.0})
+
+
+def test_language_bias_leaves_a_set_that_ranks_nothing_out_of_expected():
+    # constant gold scores: that set's Spearman is NaN (not measured), and np.mean made expected NaN
+    bias = language_bias(["en-en", "de-de"], [np.array([0.7, 0.8, 0.9]), np.array([0.1, 0.2, 0.3])],
+                         [np.array([1.0, 2.0, 3.0]), np.array([2.0, 2.0, 2.0])])
+    assert math.isnan(bias["per_set"]["de-de"])
+    assert bias["expected"] == pytest.approx(100.0)
 
 
 # ------------------------------------------------------------------ report helpers
@@ -260,6 +296,12 @@ def test_flatten_and_metrics_view():
     assert metrics_view("tatoeba", scores) == {"deu": 85.0, "ara": 60.0, "average": 2.0}
 
 
+def test_benchmark_notes_name_a_model_by_its_key():
+    # load_baselines keys a file without "label" by its name: reading results["label"] was a KeyError
+    results = {"benchmarks": {"mining_flores": {"scores": {}, "info": {"skipped": {"qq": "no FLORES file"}}}}}
+    assert benchmark_notes({"old-baseline": results}, "mining_flores") == ["old-baseline: qq skipped (no FLORES file)"]
+
+
 def test_pca_projection_keeps_the_main_direction():
     points = np.array([[-2.0, 0.0, 0.1], [2.0, 0.0, -0.1], [0.0, 1.0, 0.0], [0.0, -1.0, 0.0]])
     coords, share = project_2d(points)
@@ -276,6 +318,15 @@ def test_settings_reject_unknown_keys():
         EvaluationSettings.from_params({"benchmarks": ["sts18"]}, ["de"])
     for key, value in (("tatoeba_max_pairs", -1), ("dev_max_pairs", 0), ("stsb_max_pairs", 1), ("sts17_max_pairs", 0)):
         with pytest.raises(XdistillError, match=rf"params evaluate.{key} must be null \(every pair\) or >="):
+            EvaluationSettings.from_params({key: value}, ["de"])
+
+
+def test_settings_reject_bad_mining_settings_before_any_encoding():
+    # checked only where mining reads them, after minutes of encoding the other benchmarks
+    for key, value, problem in (("mining_k", 0, "must be >= 1, got 0"),
+                                ("mining_margin", "cosine", "unknown 'cosine'; choose one of ratio, distance"),
+                                ("mining_retrieval", "both", "unknown 'both'; choose one of fwd, bwd")):
+        with pytest.raises(XdistillError, match=rf"params evaluate.{key}\W.*{problem}"):
             EvaluationSettings.from_params({key: value}, ["de"])
 
 

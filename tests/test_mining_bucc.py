@@ -60,6 +60,19 @@ def test_reader_names_file_line_and_problem(tmp_path, side, content, line, probl
     assert f"de-en.test.{suffix}:{line}:" in str(caught.value)
 
 
+@pytest.mark.parametrize(("side", "content", "problem"),
+                         [("gold", "", "no gold pairs"), ("gold", "\n\n", "no gold pairs"), ("xx", "", "no sentences"),
+                          ("en", "\n", "no sentences")])
+def test_reader_refuses_a_file_without_content(tmp_path, side, content, problem):
+    # an empty file scored F1 0 without a word (an empty sentence file fails the gold ids, unless gold is empty too)
+    files = dict(GOOD, **{side: content}, **({"gold": ""} if side != "gold" else {}))
+    write_bucc(tmp_path, "de", "train", files["xx"], files["en"], files["gold"])
+    suffix = {"xx": "de", "en": "en", "gold": "gold"}[side]
+    with pytest.raises(InputFileError, match=problem) as caught:
+        read_bucc_split(tmp_path, "de", "train")
+    assert caught.value.path == tmp_path / f"de-en.train.{suffix}"
+
+
 def test_reader_missing_file(tmp_path):
     with pytest.raises(InputFileError, match="file not found"):
         read_bucc_split(tmp_path, "fr", "train")
@@ -120,6 +133,14 @@ def test_flores_builder_is_deterministic(flores_benchmark, flores_dir, tmp_path)
     other = tmp_path / "other"
     build_flores_bucc(flores_dir, other, ["de"], seed=8)
     assert (other / "de-en.test.gold").read_bytes() != (out / "de-en.test.gold").read_bytes()
+
+
+def test_a_language_the_builder_left_out_keeps_the_builders_reason(flores_benchmark, tmp_path):
+    out, manifest = flores_benchmark
+    result = evaluate_bitext_mining(None, out, ["qq"])  # nothing to mine: no encoder needed
+    assert result["skipped"]["qq"] == manifest["skipped"]["qq"]  # no FLORES file, not "missing file(s)"
+    (tmp_path / "MANIFEST.json").write_text("[]", encoding="utf-8")  # someone else's manifest: not the builder's
+    assert "missing file(s)" in evaluate_bitext_mining(None, tmp_path, ["qq"])["skipped"]["qq"]
 
 
 def test_flores_builder_missing_english(tmp_path):
@@ -199,6 +220,13 @@ def test_a_folder_mixing_layouts_is_refused_before_anything_is_encoded(tmp_path)
             (tmp_path / f"yy-en.{split}.{side}").write_text("", encoding="utf-8")
     with pytest.raises(XdistillError, match=r"mixes split layouts"):
         evaluate_bitext_mining(None, tmp_path, ["xx", "yy"])  # no encoder: nothing may be encoded first
+
+
+def test_an_empty_file_is_refused_before_anything_is_encoded(tmp_path):
+    write_hidden_copies(tmp_path)
+    (tmp_path / "xx-en.test.gold").write_text("", encoding="utf-8")
+    with pytest.raises(InputFileError, match=r"xx-en.test.gold: no gold pairs"):
+        evaluate_bitext_mining(None, tmp_path, ["xx"])  # no encoder: the train split may not be encoded first
 
 
 def test_a_bucc_dir_without_files_of_the_languages_is_an_error(tmp_path, mirror_dir):

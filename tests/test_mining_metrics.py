@@ -12,8 +12,10 @@ from xdistill.mining.knn import knn_search, retrieval_accuracy
 from xdistill.mining.margin import (
     MinedPairs,
     NeighbourLists,
+    _row_best,
     best_candidates,
     greedy_one_to_one,
+    margin_function,
     mine_embeddings,
     mine_from_neighbours,
     sort_pairs,
@@ -52,6 +54,23 @@ def test_knn_search_clamps_k_and_rejects_bad_input():
         knn_search(np.ones((1, 3)), np.ones((2, 2)), 1)
     with pytest.raises(XdistillError, match="k must be"):
         knn_search(np.ones((1, 2)), np.ones((2, 2)), 0)
+
+
+def test_knn_search_refuses_non_finite_embeddings():
+    # faiss gives a NaN query id -1: retrieval counted a miss and mining dropped the row, without a word
+    good = np.eye(3, dtype=np.float32)
+    nan_rows = good.copy()
+    nan_rows[[0, 2], 1] = np.nan
+    with pytest.raises(XdistillError, match="queries: 2 of 3 embedding rows are not finite"):
+        knn_search(nan_rows, good, 1)
+    inf_row = good.copy()
+    inf_row[1, 0] = np.inf
+    with pytest.raises(XdistillError, match="corpus: 1 of 3 embedding rows are not finite"):
+        knn_search(good, inf_row, 1)
+    with pytest.raises(XdistillError, match="not finite"):
+        retrieval_accuracy(good, nan_rows)  # inf or NaN stays non-finite through the normalisation
+    with pytest.raises(XdistillError, match="not finite"):
+        mine_embeddings(good, nan_rows, k=2)
 
 
 def test_knn_search_ivf_finds_exact_neighbours_of_noisy_copies():
@@ -117,6 +136,32 @@ def test_a_candidate_without_neighbours_is_not_a_hub():
     # x0: mean 0.85; y0: mean 0.6 -> (x0, y0) 0.9 / 0.725; (x0, y1) 0.8 / 0.85 (y1 has no mean)
     assert best[0] == (0, pytest.approx(0.9 / 0.725))
     assert best[1] == (1, pytest.approx(0.8 / 0.55))  # x1's mean 0.55 alone
+
+
+def test_ratio_margin_is_unchanged_on_positive_averages():
+    rng = np.random.default_rng(3)
+    cosine, average = rng.uniform(-1, 1, (50, 4)), rng.uniform(1e-3, 1, (50, 4))
+    np.testing.assert_array_equal(margin_function(cosine, average, "ratio"), cosine / average)  # bit for bit
+
+
+def test_ratio_margin_with_a_zero_or_negative_neighbourhood_keeps_the_cosine_order():
+    # x0's neighbours y0 (0.3) and y1 (-0.3) average 0, as do y0's (x0 0.3, x1 -0.3); y1's average 0.1.
+    # (x0, y0): 0.3 / 0 was inf, which the finite filter then dropped with x0; now 0.3 / floor
+    fwd_scores, fwd_ids = np.array([[0.3, -0.3], [0.5, -0.3]]), np.array([[0, 1], [1, 0]])
+    bwd_scores, bwd_ids = np.array([[0.3, -0.3], [0.5, -0.3]]), np.array([[0, 1], [1, 0]])
+    forward, _ = best_candidates(NeighbourLists(fwd_scores, fwd_ids, bwd_scores, bwd_ids), "ratio")
+    assert as_set(forward) == {(0, 0), (1, 1)} and np.isfinite(forward.scores).all()
+    # a negative average no longer reverses the order: 0.2 beats -0.1
+    scores = margin_function(np.array([0.2, -0.1]), np.array([-0.05, -0.05]), "ratio")
+    assert scores[0] > scores[1]
+
+
+def test_a_non_finite_score_does_not_drop_its_row():
+    # argmax picks NaN: the row lost its finite candidate 0.5; a row with no finite candidate is dropped
+    scores = np.array([[np.nan, 0.5], [np.inf, 0.2], [np.nan, -np.inf]])
+    best = _row_best(scores, np.array([[0, 1], [0, 1], [0, 1]]), queries_are_src=True)
+    assert list(zip(best.src.tolist(), best.tgt.tolist())) == [(0, 1), (1, 1)]
+    assert best.scores.tolist() == pytest.approx([0.5, 0.2])
 
 
 # --- retrieval modes --------------------------------------------------------------------------
@@ -209,6 +254,11 @@ def test_tune_threshold_degenerate_cases():
     assert tune_threshold(np.array([]), np.array([], bool), n_gold=3) == (float("inf"), 0.0)
     threshold, f1 = tune_threshold(np.array([0.4, 0.2]), np.array([1, 1]), n_gold=2)
     assert f1 == 1.0 and threshold == 0.2  # keep all: the threshold is the last score
+
+
+def test_tune_threshold_without_a_gold_candidate_predicts_nothing():
+    # every cut scores F1 0: argmax took the first, so the test split kept its top group
+    assert tune_threshold(np.array([3.0, 2.0, 1.0]), np.array([0, 0, 0]), n_gold=5) == (float("inf"), 0.0)
 
 
 def test_precision_recall_f1_hand_computed():

@@ -307,6 +307,17 @@ def test_interpolate_states_is_linear() -> None:
         interpolate_states({"a": torch.zeros(1)}, end, 0.5)
 
 
+def test_interpolation_moves_the_start_to_the_trained_weights_device() -> None:
+    """The start is loaded from its checkpoint onto the CPU; on a GPU run the trained end is not there
+    (the meta device stands in for the GPU: both refuse a CPU operand)."""
+    from xdistill.training.interpolation import interpolate_states
+
+    end = {"w": torch.ones(3, device="meta")}
+    with pytest.raises(RuntimeError):
+        torch.lerp(torch.zeros(3), end["w"], 0.5)  # what interpolating as the states come would do
+    assert interpolate_states({"w": torch.zeros(3)}, end, 0.5)["w"].device.type == "meta"
+
+
 def test_exported_student_embeds_whole_inputs(setup: dict[str, Path], tmp_path: Path) -> None:
     """Training truncates at train.max_seq_length; the exported model keeps the base model's limit."""
     base_limit = SentenceTransformer(str(setup["student"]), device="cpu").max_seq_length

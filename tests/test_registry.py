@@ -166,6 +166,31 @@ def test_primary_scores_over_different_tasks_are_not_compared(tmp_path: Path) ->
     assert judge(candidate, Scores(0.5, {"de": 0.5}), 0.01, 0.02, ("champion",)).promote  # untagged: older version
 
 
+def test_scores_measured_under_another_evaluation_protocol_are_not_compared(tmp_path: Path) -> None:
+    """STSb on 100 pairs a set against the full sets, other languages: the gate names what differs."""
+    from xdistill.errors import InputFileError
+    from xdistill.evaluation.suite import EvaluationSettings, evaluation_protocol
+    from xdistill.registry.scores import read_summary_scores
+
+    full = evaluation_protocol(EvaluationSettings(languages=["de", "es"], stsb_max_pairs=None).as_dict())
+    assert "batch_size" not in full and full["languages"] == ["de", "es"]  # how fast it ran is no protocol
+    sampled = {**full, "stsb_max_pairs": 100, "languages": ["de"]}
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"primary_score": 0.9, "per_language": {"de": 0.9}, "protocol": sampled}))
+    candidate = read_summary_scores(path)
+    assert candidate.protocol == sampled and Scores.from_tags(candidate.as_tags()) == candidate
+    refused = judge(candidate, Scores(0.5, {"de": 0.5}, protocol=full), 0.01, 0.02, ("champion",),
+                    champion_version="3")
+    assert not refused.promote
+    assert refused.reasons[-1].startswith("evaluated under another protocol than champion 3 (languages: ['de'] vs "
+                                          "['de', 'es']; evaluate.stsb_max_pairs: 100 vs None)")
+    assert judge(candidate, Scores(0.5, {"de": 0.5}, protocol=sampled), 0.01, 0.02, ("champion",)).promote
+    assert judge(candidate, Scores(0.5, {"de": 0.5}), 0.01, 0.02, ("champion",)).promote  # untagged: older version
+    path.write_text(json.dumps({"primary_score": 0.9, "per_language": {}, "protocol": ["stsb"]}))
+    with pytest.raises(InputFileError, match="'protocol' must map each evaluation setting"):
+        read_summary_scores(path)
+
+
 def test_summary_with_benchmark_per_language_scores(tmp_path: Path) -> None:
     from xdistill.registry.scores import read_summary_scores
 

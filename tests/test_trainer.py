@@ -256,6 +256,22 @@ def test_params_are_validated() -> None:
         TrainParams.from_params({"align_pairs": 0})
 
 
+def test_in_batch_losses_over_slices_of_one_pair_are_refused() -> None:
+    """Each process ranks its own slice of a micro-batch: one pair has no other to rank against."""
+    from xdistill.training.losses import additive_margin_softmax_loss
+    from xdistill.training.trainer import check_in_batch_slice
+
+    one = torch.nn.functional.normalize(torch.randn(1, 8), dim=-1)
+    assert additive_margin_softmax_loss(one, one.flip(1), margin=0.3, scale=20.0).item() == 0.0  # the no-op
+    ams = {"mse": 1.0, "additive_margin_softmax": 0.1}
+    with pytest.raises(XdistillError, match=r"additive_margin_softmax compare .* a slice holds 1 pair"):
+        check_in_batch_slice(TrainParams.from_params({"batch_size": 4, "grad_accumulation": 4, "loss": ams}), 1)
+    with pytest.raises(XdistillError, match="2 processes"):
+        check_in_batch_slice(TrainParams.from_params({"batch_size": 4, "grad_accumulation": 2, "loss": ams}), 2)
+    check_in_batch_slice(TrainParams.from_params({"batch_size": 4, "grad_accumulation": 2, "loss": ams}), 1)
+    check_in_batch_slice(TrainParams.from_params({"batch_size": 4, "grad_accumulation": 4, "loss": {"mse": 1.0}}), 1)
+
+
 def test_checkpoint_of_other_settings_is_ignored(tmp_path: Path) -> None:
     ckpt.save_checkpoint(tmp_path, ckpt.LAST, {"fingerprint": "aaa", "step": 3})
     assert ckpt.load_checkpoint(tmp_path, ckpt.LAST, "aaa")["step"] == 3
@@ -390,6 +406,17 @@ def test_early_stopping_and_best_checkpoint(setup: dict[str, Path], tmp_path: Pa
     result = train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
                            str(setup["student"]), params, outputs, device="cpu")
     assert result.stopped_early and result.steps_completed == 3 and result.best_step == 1
+
+
+def test_a_best_checkpoint_that_went_missing_is_not_replaced_by_the_last_step(setup: dict[str, Path],
+                                                                             tmp_path: Path) -> None:
+    params = tiny_train_params(steps=4, eval_every=2, checkpoint_every=2)
+    outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
+    args = (setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"], str(setup["student"]))
+    assert train_student(*args, params, outputs, device="cpu").best_step > 0
+    (tmp_path / "ckpt" / ckpt.BEST).unlink()
+    with pytest.raises(XdistillError, match=r"best.pt \(step \d, the best on dev data\) is missing or unreadable"):
+        train_student(*args, params, outputs, device="cpu")  # the finished run's last.pt is the result
 
 
 def test_collapse_guard_fails_loud(setup: dict[str, Path], tmp_path: Path) -> None:
@@ -564,6 +591,46 @@ def test_head_to_a_narrower_teacher_is_fitted_to_the_teacher_not_to_the_students
     aligned = encode_token_ids(student, featurize, ids, 16).double()
     assert aligned.shape == teacher.shape
     assert torch.nn.functional.cosine_similarity(aligned, teacher).min() > 0.95
+
+
+def test_head_fits_on_unit_vectors_need_a_normalize_after_the_head(setup: dict[str, Path]) -> None:
+    """Procrustes, PCA and the export rotation are fitted on unit embeddings: without a Normalize after the
+    head the student's outputs have another scale and the fit does not hold; least squares fits raw ones."""
+    from xdistill.training.alignment import align_head_to_teacher, rotation_unavailable
+    from xdistill.training.interpolation import check_identity_head
+
+    student, featurize, _, own = _student_with_head_to(setup, 384)
+    assert rotation_unavailable(student, 384) is None
+    check_identity_head(student)
+    del student._modules[next(name for name, module in student._modules.items()
+                              if type(module).__name__ == "Normalize")]
+    pairs = _tokenized(student, SENTENCES, own)
+    for method in ("procrustes", "pca"):
+        with pytest.raises(XdistillError, match=f"head_fit {method} fits the head on unit vectors.*least_squares"):
+            align_head_to_teacher(student, torch.nn.Module(), featurize, pairs, n_pairs=16, batch_size=16,
+                                  method=method)
+    assert "no Normalize module follows the Dense head" in rotation_unavailable(student, 384)
+    with pytest.raises(XdistillError, match="interpolation_from: base needs a Normalize"):
+        check_identity_head(student)
+    assert np.isfinite(align_head_to_teacher(student, torch.nn.Module(), featurize, pairs, n_pairs=16,
+                                             batch_size=16, method="least_squares"))
+
+
+def test_dev_teacher_space_is_what_the_losses_train(setup: dict[str, Path]) -> None:
+    """A student of the teacher's dimension trained by feature distillation alone reaches the teacher's
+    space through the projection; with the MSE on, its own embeddings are what is trained."""
+    from xdistill.training.losses import DistillationObjective
+    from xdistill.training.validation import _in_teacher_space
+
+    embeddings = torch.randn(5, 8)
+    projected = DistillationObjective({"mse": 0.0, "feature_distillation": 1.0}, 8, 8)
+    torch.testing.assert_close(_in_teacher_space(embeddings, projected, 8),
+                               projected.projection(embeddings).detach())
+    both = DistillationObjective({"mse": 1.0, "feature_distillation": 1.0}, 8, 8)
+    assert _in_teacher_space(embeddings, both, 8) is embeddings
+    assert _in_teacher_space(embeddings, DistillationObjective({"mse": 1.0}, 8, 8), 8) is embeddings
+    assert _in_teacher_space(torch.randn(5, 4), DistillationObjective({"mse": 0.0, "logit_distillation": 1.0},
+                                                                      4, 8), 8) is None
 
 
 def test_rotation_returns_what_the_rotated_student_now_gives_its_fit_sample(setup: dict[str, Path]) -> None:

@@ -9,5 +9,6 @@
 - :mod:`report`    side-by-side metrics JSON, CSV/Markdown tables, summary and primary score
 - :mod:`plots`     per-language bars, language-bias PCA
 - :mod:`pipeline`  the ``baselines`` and ``evaluate`` stages
-Bitext mining itself lives in :mod:`xdistill.mining` and is called from :mod:`suite`.
+Bitext mining itself lives in :mod:`xdistill.mining` and is called from :mod:`benchmarks`
+(:class:`~xdistill.evaluation.benchmarks.MiningEvaluator`).
 """

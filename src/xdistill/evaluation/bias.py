@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from xdistill.errors import XdistillError
-from xdistill.evaluation.metrics import spearman_x100
+from xdistill.evaluation.metrics import mean_or_nan, spearman_x100
 
 
 def language_bias(
@@ -24,7 +24,8 @@ def language_bias(
     if not (len(set_names) == len(predictions) == len(golds)) or not set_names:
         raise XdistillError("language bias needs one prediction and one gold array per set, and at least one set")
     per_set = {name: spearman_x100(pred, gold) for name, pred, gold in zip(set_names, predictions, golds)}
-    expected = float(np.mean(list(per_set.values())))
+    # a set whose gold scores rank nothing (NaN) is not measured: it drops out, as in every other average
+    expected = mean_or_nan(list(per_set.values()))
     actual = spearman_x100(np.concatenate([np.ravel(p) for p in predictions]),
                            np.concatenate([np.ravel(g) for g in golds]))
     return {"expected": expected, "actual": actual, "difference": actual - expected, "per_set": per_set}

@@ -21,7 +21,7 @@ from xdistill.errors import InputFileError, XdistillError
 from xdistill.evaluation.encoding import CachedEncoder
 from xdistill.evaluation.plots import write_plots
 from xdistill.evaluation.report import write_benchmark_outputs, write_summary
-from xdistill.evaluation.suite import EvaluationInputs, EvaluationSettings, evaluate_model
+from xdistill.evaluation.suite import EvaluationInputs, EvaluationSettings, evaluate_model, evaluation_protocol
 from xdistill.io import atomic_path, write_json_atomic
 
 logger = logging.getLogger(__name__)
@@ -159,13 +159,14 @@ def ordered(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def write_outputs(all_results: dict[str, dict[str, Any]], primary_label: str, languages: list[str],
-                  metrics_dir: str | Path, reports_dir: str | Path, plots_dir: str | Path) -> dict[str, Any]:
+                  metrics_dir: str | Path, reports_dir: str | Path, plots_dir: str | Path,
+                  protocol: dict[str, Any] | None = None) -> dict[str, Any]:
     """Metrics, tables, summary and plots; each output folder replaced as a whole, atomically."""
     all_results = ordered(all_results)
     with atomic_path(metrics_dir, is_dir=True) as metrics_tmp, atomic_path(reports_dir, is_dir=True) as reports_tmp, \
             atomic_path(plots_dir, is_dir=True) as plots_tmp:
         write_benchmark_outputs(all_results, metrics_tmp, reports_tmp)
-        summary = write_summary(all_results, primary_label, languages, metrics_tmp, reports_tmp)
+        summary = write_summary(all_results, primary_label, languages, metrics_tmp, reports_tmp, protocol)
         write_plots(all_results, plots_tmp)
     return summary
 
@@ -200,6 +201,6 @@ def run_student_evaluation(settings: EvaluationSettings, student_spec: str, teac
                   "settings": settings.as_dict()}
     logger.info("student (%s): evaluated in %.0f s", student_spec, result["seconds"])
     summary = write_outputs({**baselines, STUDENT_LABEL: result}, STUDENT_LABEL, settings.languages,
-                            metrics_dir, reports_dir, plots_dir)
+                            metrics_dir, reports_dir, plots_dir, evaluation_protocol(settings.as_dict()))
     logger.info("primary score %.2f (student)", summary.get("primary_score", float("nan")))
     return summary

@@ -131,11 +131,11 @@ def csv_table(rows: list[str], columns: Mapping[str, Mapping[str, Any]]) -> str:
 def benchmark_notes(all_results: Mapping[str, Mapping[str, Any]], benchmark: str) -> list[str]:
     """Reasons and protocol notes to print under a table."""
     notes: list[str] = []
-    for results in all_results.values():
+    for label, results in all_results.items():  # the key: a baseline file without "label" is keyed by its name
         info = results.get("benchmarks", {}).get(benchmark, {}).get("info", {})
         notes += info.get("notes", [])
         for lang, reason in info.get("skipped", {}).items():
-            notes.append(f"{results['label']}: {lang} skipped ({reason})")
+            notes.append(f"{label}: {lang} skipped ({reason})")
         if "n_pairs" in info and not notes:
             notes.append(f"pairs per set: {info['n_pairs']}")
     if benchmark == "language_bias":
@@ -242,8 +242,9 @@ def headline(results: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_summary(all_results: Mapping[str, Mapping[str, Any]], primary_label: str, languages: list[str],
-                  metrics_dir: Path, reports_dir: Path) -> dict[str, Any]:
-    """``summary.json`` (the primary model's scores at top level, every model under ``models``) and ``summary.md``."""
+                  metrics_dir: Path, reports_dir: Path, protocol: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``summary.json`` (the primary model's scores at top level, every model under ``models``, and the
+    ``protocol`` they were measured under when given) and ``summary.md``."""
     primary = all_results[primary_label]
     models = {label: headline(r) for label, r in all_results.items()}
     summary = {
@@ -251,6 +252,7 @@ def write_summary(all_results: Mapping[str, Mapping[str, Any]], primary_label: s
         "per_language": per_language_scores(primary, languages),
         "models": {label: {**values, "per_language": per_language_scores(all_results[label], languages)}
                    for label, values in models.items()},
+        **({"protocol": dict(protocol)} if protocol is not None else {}),
     }
     write_json_atomic(metrics_dir / "summary.json", summary)
     rows = list(dict.fromkeys(k for values in models.values() for k in values))

@@ -105,13 +105,15 @@ def score_sts_set(embed: Callable[[Sequence[str]], np.ndarray], sts_set: STSSet)
 # ---------------------------------------------------------------- STS17
 
 
-def scored_line_count(track: str, n_inputs: int, n_gold: int, input_path: Path) -> int:
+def scored_line_count(track: str, n_inputs: int, n_gold: int, input_path: Path, gold_path: Path) -> int:
     """How many leading input lines the gold scores cover (all of them, except track 6)."""
     if n_inputs == n_gold:
         return n_inputs
     if track == "tr-en" and n_inputs == 2 * n_gold:
         return n_gold  # TR_EN_ALIGNMENT: the scored pairs are the first half
-    raise InputFileError(input_path, f"{n_inputs} input pairs but {n_gold} gold scores, and no known alignment")
+    # either file may be the short one: name both
+    raise InputFileError(input_path, f"{n_inputs} input pairs but {n_gold} gold scores in {gold_path}, "
+                                     "and no known alignment")
 
 
 def read_sts17_track(sts17_dir: str | Path, track: str) -> STSSet:
@@ -123,8 +125,11 @@ def read_sts17_track(sts17_dir: str | Path, track: str) -> STSSet:
     gold_path = Path(sts17_dir) / STS17_GOLD_DIR / f"STS.gs.{stem}.txt"
     pairs = read_sts_input(input_path)
     gold = read_sts_gold(gold_path)
-    scored = scored_line_count(track, len(pairs), len(gold), input_path)
+    scored = scored_line_count(track, len(pairs), len(gold), input_path, gold_path)
     kept = [(pair, score) for pair, score in zip(pairs[:scored], gold) if score is not None]
+    if len(kept) < 2:  # here, where the file is known: Spearman would refuse the set without naming it
+        raise InputFileError(gold_path, f"{len(kept)} scored pair(s) for {input_path.name}; "
+                                        "a Spearman correlation needs at least two")
     notes = [TR_EN_ALIGNMENT] if scored != len(pairs) else []
     if track in STS17_OUTSIDE_AVERAGE:
         notes.append(TRACK_4B_NOTE)

@@ -19,6 +19,7 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from xdistill.errors import XdistillError
 from xdistill.evaluation.base import EvaluationContext
 from xdistill.evaluation.benchmarks import BENCHMARK_GROUPS, run_evaluators
 from xdistill.evaluation.encoding import CachedEncoder
+from xdistill.mining.margin import MARGINS, RETRIEVALS
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +80,29 @@ class EvaluationSettings:
             value = getattr(self, name)
             if value is not None and value < least:
                 raise XdistillError(f"params evaluate.{name} must be null (every pair) or >= {least}, got {value}")
+        self._check_mining()
+
+    def _check_mining(self) -> None:
+        """The mining settings, here and not where mining reads them: that comes after minutes of encoding."""
+        if self.mining_k < 1:
+            raise XdistillError(f"params evaluate.mining_k must be >= 1, got {self.mining_k}")
+        for name, allowed in (("mining_margin", MARGINS), ("mining_retrieval", RETRIEVALS)):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise XdistillError(f"params evaluate.{name}: unknown {value!r}; choose one of {', '.join(allowed)}")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+# settings that change how fast an evaluation runs or what else it draws, never a score the gate compares
+NOT_PROTOCOL = ("batch_size", "pca_sentences", "muse", "tatoeba_all")
+
+
+def evaluation_protocol(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings (:meth:`EvaluationSettings.as_dict`) the scores depend on: languages, benchmarks, sample
+    sizes, mining construction. Two primary scores are comparable only under the same protocol."""
+    return {key: value for key, value in sorted(settings.items()) if key not in NOT_PROTOCOL}
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ maximises F1 on the tuning split, apply it to the scored split and report precis
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from xdistill.data.eval_formats import bucc_paths, read_bucc_gold, read_id_sentences
-from xdistill.errors import XdistillError
+from xdistill.errors import InputFileError, XdistillError
 from xdistill.mining.margin import MARGINS, RETRIEVALS, MinedPairs, check_choice, mine_embeddings
 
 if TYPE_CHECKING:
@@ -38,6 +39,10 @@ TUNE_SPLIT = "train"
 TEST_SPLIT = "test"
 # (tuning split, scored split) of each layout, tried in order: the FLORES-built one, the official release
 SPLIT_LAYOUTS = ((TUNE_SPLIT, TEST_SPLIT), ("sample", "training"))
+# the problem of a file that holds nothing, by side: it would score F1 0 without a word
+EMPTY_FILE = {"xx": "no sentences", "en": "no sentences", "gold": "no gold pairs"}
+# written by a benchmark builder (:mod:`xdistill.mining.flores`) next to the files, with why it left languages out
+MANIFEST_FILE = "MANIFEST.json"
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,9 @@ def read_bucc_split(folder: str | Path, language: str, split: str) -> BuccSplit:
     xx_ids, xx_sentences = read_id_sentences(paths["xx"])
     en_ids, en_sentences = read_id_sentences(paths["en"])
     gold = read_bucc_gold(paths["gold"], xx_ids, en_ids)
+    for side, found in (("xx", xx_ids), ("en", en_ids), ("gold", gold)):
+        if not found:
+            raise InputFileError(paths[side], EMPTY_FILE[side])
     return BuccSplit(language, split, xx_ids, xx_sentences, en_ids, en_sentences, gold)
 
 
@@ -79,11 +87,12 @@ def tune_threshold(scores: np.ndarray, is_gold: np.ndarray, n_gold: int) -> tupl
     ``n_gold`` is the number of gold pairs (some may never appear as candidates). Only cuts
     between distinct scores are considered (equal scores are kept or dropped together). The
     threshold is the midpoint between the last kept and the first dropped score, as LASER does.
-    Returns ``(threshold, best_f1)``; with no candidate or no gold the threshold is +inf.
+    Returns ``(threshold, best_f1)``; with no candidate, no gold or no gold candidate the threshold is
+    +inf (every cut scores F1 0 then: a finite one would be a guess that keeps pairs on the scored split).
     """
     scores = np.asarray(scores, np.float64)
     is_gold = np.asarray(is_gold, bool)
-    if len(scores) == 0 or n_gold == 0:
+    if len(scores) == 0 or n_gold == 0 or not is_gold.any():
         return float("inf"), 0.0
     order = np.argsort(-scores, kind="stable")
     sorted_scores, sorted_gold = scores[order], is_gold[order]
@@ -168,7 +177,7 @@ def evaluate_bitext_mining(
     Returns ``{"languages": {xx: {precision, recall, f1, threshold, train_f1, n_predicted, n_gold,
     n_xx, n_en}}, "average": {precision, recall, f1}, "skipped": {xx: reason}, "settings": {...}}``
     with precision/recall/F1 as fractions in [0, 1]. A language without both its train and test
-    files is skipped with the reason.
+    files is skipped with the reason (the builder's, when its manifest records one); an empty file is an error.
     """
     check_choice(margin, MARGINS, "margin")
     check_choice(retrieval, RETRIEVALS, "retrieval")
@@ -182,11 +191,11 @@ def evaluate_bitext_mining(
     if len(layouts) > 1:  # before any encoding: a mixed folder is a mistake, not a long run's end
         raise XdistillError(f"{benchmark_dir}: mixes split layouts {sorted(layouts)}; one benchmark, one layout")
     for language, layout in found.items():
+        if layout is not None:
+            check_not_empty(benchmark_dir, language, layout)  # before any encoding too
+    for language, layout in found.items():
         if layout is None:
-            missing = [str(p) for split in SPLIT_LAYOUTS[0] for p in bucc_paths(benchmark_dir, language, split).values()
-                       if not p.is_file()]
-            skipped[language] = (f"missing file(s): {', '.join(missing)} (or the official release's "
-                                 f"{language}-en.sample.* and {language}-en.training.*)")
+            skipped[language] = skip_reason(benchmark_dir, language)
             logger.warning("bitext mining: skipping %s (%s)", language, skipped[language])
             continue
         runs = []
@@ -202,6 +211,40 @@ def evaluate_bitext_mining(
     tune, test = layouts.pop() if layouts else SPLIT_LAYOUTS[0]
     return {"languages": per_language, "average": average, "skipped": skipped,
             "settings": {"k": k, "margin": margin, "retrieval": retrieval, "tune_split": tune, "test_split": test}}
+
+
+def skip_reason(folder: Path, language: str) -> str:
+    """Why ``language`` has no split layout in ``folder``: the builder's reason when its manifest records one
+    (no FLORES file, ...: the real one), else the files that are not there."""
+    built = builder_skip_reasons(folder).get(language)
+    if built:
+        return built
+    missing = [str(p) for split in SPLIT_LAYOUTS[0] for p in bucc_paths(folder, language, split).values()
+               if not p.is_file()]
+    return (f"missing file(s): {', '.join(missing)} (or the official release's "
+            f"{language}-en.sample.* and {language}-en.training.*)")
+
+
+def builder_skip_reasons(folder: Path) -> dict[str, str]:
+    """``{language: reason}`` a benchmark builder recorded in the folder's manifest; {} without one.
+
+    A file of that name that is not such a manifest (official BUCC as a user staged it) is not the
+    builder's: the missing files are reason enough then, so it is ignored rather than refused.
+    """
+    path = folder / MANIFEST_FILE
+    try:
+        skipped = json.loads(path.read_text("utf-8")).get("skipped")
+    except (OSError, ValueError, AttributeError):  # not there; bad JSON or UTF-8; not an object
+        return {}
+    return {str(lang): str(reason) for lang, reason in skipped.items()} if isinstance(skipped, dict) else {}
+
+
+def check_not_empty(folder: Path, language: str, layout: tuple[str, str]) -> None:
+    """Refuse a 0-byte file of the layout (:func:`read_bucc_split` refuses one of blank lines, later)."""
+    for split in layout:
+        for side, path in bucc_paths(folder, language, split).items():
+            if path.stat().st_size == 0:
+                raise InputFileError(path, EMPTY_FILE[side])
 
 
 def split_layout(folder: Path, language: str) -> tuple[str, str] | None:

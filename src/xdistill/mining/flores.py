@@ -38,7 +38,7 @@ from xdistill.data.eval_formats import (
 )
 from xdistill.errors import XdistillError
 from xdistill.io import atomic_path, write_json_atomic
-from xdistill.mining.bucc import TEST_SPLIT, TUNE_SPLIT
+from xdistill.mining.bucc import MANIFEST_FILE, TEST_SPLIT, TUNE_SPLIT
 
 logger = logging.getLogger(__name__)
 
@@ -144,5 +144,5 @@ def build_flores_bucc(
                 **{split: write_split(tmp, language, split, plan[split], sentences, english, seed)
                    for split in (TUNE_SPLIT, TEST_SPLIT)},
             }
-        write_json_atomic(tmp / "MANIFEST.json", manifest)
+        write_json_atomic(tmp / MANIFEST_FILE, manifest)
     return manifest

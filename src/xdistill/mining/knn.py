@@ -53,6 +53,18 @@ def build_index(
     return built
 
 
+def check_finite(matrix: np.ndarray, name: str) -> np.ndarray:
+    """``matrix`` unchanged when every value is finite; an error naming how many rows are not.
+
+    faiss gives a NaN query no neighbour (id -1) and a NaN corpus row no match, so retrieval would
+    count a miss and mining drop the row: a broken model would get a score instead of an error.
+    """
+    if np.isfinite(matrix).all():  # the common case: one pass, no per-row work
+        return matrix
+    bad = int(np.sum(~np.isfinite(matrix).all(axis=1)))
+    raise XdistillError(f"{name}: {bad} of {matrix.shape[0]} embedding rows are not finite (NaN or inf)")
+
+
 def knn_search(
     queries: np.ndarray,
     corpus: np.ndarray,
@@ -66,12 +78,13 @@ def knn_search(
 
     Returns ``(scores, indices)``, both of shape ``(len(queries), k')`` with
     ``k' = min(k, len(corpus))``, sorted by decreasing score. With an IVF index a query may
-    find fewer than ``k'`` neighbours; those slots hold index -1 and score -inf.
+    find fewer than ``k'`` neighbours; those slots hold index -1 and score -inf. Non-finite
+    (NaN or inf) embedding rows on either side are an error (:func:`check_finite`).
     """
     if k < 1:
         raise XdistillError(f"k must be at least 1, got {k}")
-    queries = as_float32_matrix(queries, "queries")
-    corpus = as_float32_matrix(corpus, "corpus")
+    queries = check_finite(as_float32_matrix(queries, "queries"), "queries")
+    corpus = check_finite(as_float32_matrix(corpus, "corpus"), "corpus")
     if queries.shape[1] != corpus.shape[1]:
         raise XdistillError(f"dimension mismatch: queries {queries.shape[1]} vs corpus {corpus.shape[1]}")
     k = min(k, corpus.shape[0])

@@ -32,6 +32,11 @@ from xdistill.errors import XdistillError
 from xdistill.mining.knn import knn_search
 
 MARGINS = ("ratio", "distance", "absolute")
+# The ratio margin assumes a positive neighbourhood average (nearest neighbours of real sentence embeddings
+# are similar). An average of 0 would give inf or NaN, and a negative one would reverse the order of the
+# candidates (a higher cosine, a lower score). Below this floor the ratio keeps the cosine's order instead;
+# a healthy average lies far above it, so its scores are exactly cosine / average.
+RATIO_DENOMINATOR_FLOOR = 1e-6
 RETRIEVALS = ("fwd", "bwd", "max", "intersect")
 
 
@@ -74,7 +79,7 @@ def margin_function(cosine: np.ndarray, average: np.ndarray, margin: str) -> np.
         return cosine
     if margin == "distance":
         return cosine - average
-    return cosine / average
+    return cosine / np.maximum(average, RATIO_DENOMINATOR_FLOOR)  # NaN (no neighbourhood) stays NaN
 
 
 def neighbour_means(scores: np.ndarray) -> np.ndarray:
@@ -131,6 +136,8 @@ def _row_best(scores: np.ndarray, candidate_ids: np.ndarray, *, queries_are_src:
     if scores.shape[1] == 0:
         empty = np.zeros(0, np.int64)
         return MinedPairs(empty, empty, np.zeros(0, np.float32))
+    # argmax would pick a NaN (or +inf) cell and the row would then be dropped: a row keeps its best finite one
+    scores = np.where(np.isfinite(scores), scores, -np.inf)
     best = np.argmax(scores, axis=1)
     best_scores = scores[rows, best]
     best_ids = candidate_ids[rows, best]

@@ -10,8 +10,9 @@ A candidate version becomes champion only if
 3. its primary score beats the champion's by more than ``margin``, and no language score falls
    more than ``tolerance`` below the champion's (languages the champion was not evaluated on
    cannot regress). Both primary scores must average the same tasks (the ``xdistill.tasks`` tag:
-   an evaluation without mining is on another scale). With no champion yet, this check passes; a
-   champion without scores (an alias set by hand) fails it.
+   an evaluation without mining is on another scale) under the same evaluation protocol (the
+   ``xdistill.protocol`` tag: languages, benchmarks, sample sizes, mining construction). With no
+   champion yet, this check passes; a champion without scores (an alias set by hand) fails it.
 
 In every check a language score the reference has and the candidate lacks fails the check (an
 evaluation on fewer languages cannot show it is not worse on the others).
@@ -137,6 +138,10 @@ def judge(candidate: Scores | None, champion: Scores | None, margin: float, tole
             reasons.append(f"primary scores over different tasks (candidate: {', '.join(candidate.tasks)}; champion "
                            f"{champion_version}: {', '.join(champion.tasks)}): evaluate both with the same benchmarks")
             failed = True
+        elif differing := _protocol_differences(candidate, champion):
+            reasons.append(f"evaluated under another protocol than champion {champion_version} ({'; '.join(differing)}): "
+                           "scores of other languages, samples or benchmarks are not comparable; evaluate both alike")
+            failed = True
         else:
             gain = candidate.primary - champion.primary
             beats = gain > margin
@@ -147,6 +152,16 @@ def judge(candidate: Scores | None, champion: Scores | None, margin: float, tole
             failed |= _missing_scores(candidate, champion, "champion", None, reasons)
             failed |= not beats or bool(regressions)
     return GateDecision(not failed, reasons)
+
+
+def _protocol_differences(candidate: Scores, champion: Scores) -> list[str]:
+    """``setting: candidate's vs champion's`` for each evaluation setting the two differ in (none when either
+    evaluation did not record its protocol: versions registered before the tag)."""
+    if not candidate.protocol or not champion.protocol:
+        return []
+    keys = sorted(set(candidate.protocol) | set(champion.protocol))
+    return [f"{key if key == 'languages' else 'evaluate.' + key}: {candidate.protocol.get(key)!r} vs "
+            f"{champion.protocol.get(key)!r}" for key in keys if candidate.protocol.get(key) != champion.protocol.get(key)]
 
 
 def _check_reference(candidate: Scores, label: str, name: str, tolerance: float, reasons: list[str], *,

@@ -8,7 +8,9 @@ language either one score or a mapping ``benchmark -> score``. Each numeric leaf
 them for regressions. The same two numbers of the reference models evaluated beside the student
 (the untrained student and the teacher, under ``models`` in the summary) travel with them, so the
 gate can judge a candidate against its own starting point, not only against the champion. The names
-of the measured tasks travel too: two primary scores over different tasks are not comparable.
+of the measured tasks travel too: two primary scores over different tasks are not comparable; and so
+does the evaluation ``protocol`` (languages, benchmarks, sample sizes, mining construction), the
+evaluation settings the scores depend on: scores measured under two protocols are not comparable either.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ PRIMARY_SCORE_TAG = "xdistill.primary_score"
 PER_LANGUAGE_TAG = "xdistill.per_language"
 REFERENCES_TAG = "xdistill.references"
 TASKS_TAG = "xdistill.tasks"
+PROTOCOL_TAG = "xdistill.protocol"
 TASK_PREFIX = "task_"  # summary.json keys of the task scores the primary score averages
 # the evaluation's reference models a candidate is also judged against (labels of summary.json "models")
 BASE_LABEL = "student-untrained"
@@ -44,6 +47,8 @@ class Scores:
     references: dict[str, Scores] = field(default_factory=dict)
     # the tasks the primary score averages (empty: not recorded, e.g. a version registered before the tag)
     tasks: tuple[str, ...] = ()
+    # the evaluation settings the scores depend on (summary.json "protocol"; empty: not recorded)
+    protocol: dict[str, Any] = field(default_factory=dict)
 
     def as_tags(self) -> dict[str, str]:
         """Model-version tags that carry these scores (the registry is the promotion's source of truth)."""
@@ -57,6 +62,8 @@ class Scores:
                  for label, ref in sorted(self.references.items())}, sort_keys=True)
         if self.tasks:
             tags[TASKS_TAG] = json.dumps(list(self.tasks))
+        if self.protocol:
+            tags[PROTOCOL_TAG] = json.dumps(self.protocol, sort_keys=True)
         return tags
 
     @classmethod
@@ -70,7 +77,9 @@ class Scores:
             for label, ref in json.loads(tags.get(REFERENCES_TAG) or "{}").items()
         }
         tasks = tuple(str(task) for task in json.loads(tags.get(TASKS_TAG) or "[]"))
-        return cls(float(tags[PRIMARY_SCORE_TAG]), {k: float(v) for k, v in per_language.items()}, references, tasks)
+        protocol = json.loads(tags.get(PROTOCOL_TAG) or "{}")
+        return cls(float(tags[PRIMARY_SCORE_TAG]), {k: float(v) for k, v in per_language.items()}, references, tasks,
+                   protocol)
 
 
 def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summary.json") -> Scores | None:
@@ -102,7 +111,10 @@ def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summar
             references[label] = Scores(float(value), numeric_leaves(model.get("per_language") or {}))
     tasks = tuple(sorted(key[len(TASK_PREFIX):] for key, value in summary.items() if key.startswith(TASK_PREFIX)
                          and isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)))
-    return Scores(float(primary), numeric_leaves(per_language), references, tasks)
+    protocol = summary.get("protocol") or {}
+    if not isinstance(protocol, Mapping):
+        raise InputFileError(source, "'protocol' must map each evaluation setting to its value")
+    return Scores(float(primary), numeric_leaves(per_language), references, tasks, dict(protocol))
 
 
 def read_summary_scores(path: str | Path) -> Scores | None:

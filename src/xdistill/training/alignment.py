@@ -42,7 +42,7 @@ from torch import nn
 from xdistill.data.sampling import evenly_spaced
 from xdistill.errors import XdistillError
 from xdistill.training.batches import Featurizer, TokenizedPairs, encode_token_ids
-from xdistill.training.student import output_dense
+from xdistill.training.student import normalized_after_head, output_dense
 
 # Ridge strengths tried, relative to the mean diagonal of X^T X; the one with the lowest error on
 # held-out pairs is used (few pairs need strong shrinkage, thousands almost none).
@@ -92,12 +92,14 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
         if method == "pca":
             raise XdistillError(f"head_fit pca reduces the teacher to the student's dimension: a {out_dim}-d "
                                 f"teacher is narrower than the {in_dim}-d student (use procrustes)")
+        _require_unit_outputs(student, "a low-dimensional head's principal-axes fit")
         with head_bypassed(student):
             unit = encode_token_ids(student, featurize, ids, batch_size).double()
         return _principal_axes_head(linear, unit, teacher, getattr(objective, "projection", None))
     if out_dim != teacher.shape[1]:
         raise XdistillError(f"cannot align a {in_dim} -> {out_dim} head to a {teacher.shape[1]}-d teacher")
     if method in ("procrustes", "pca"):
+        _require_unit_outputs(student, f"head_fit {method}", ": use head_fit least_squares")
         with head_bypassed(student):
             unit = encode_token_ids(student, featurize, ids, batch_size).double()
         mapping = procrustes_map(unit, teacher) if method == "procrustes" else pca_head_map(unit, teacher)
@@ -111,6 +113,12 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
         _set_linear(linear, weight.T, bias)
         return float(torch.mean((F.normalize(pooled @ weight + bias, dim=-1) - teacher) ** 2))
     raise XdistillError(f"unknown head fit {method!r} (procrustes, least_squares, pca)")
+
+
+def _require_unit_outputs(student, fit: str, hint: str = "") -> None:
+    if not normalized_after_head(student):
+        raise XdistillError(f"{fit} fits the head on unit vectors, but no Normalize module follows the student's "
+                            f"Dense head (its outputs would have another scale){hint}")
 
 
 def fit_sample(pairs: TokenizedPairs, n_pairs: int) -> tuple[np.ndarray, list, torch.Tensor]:
@@ -129,6 +137,8 @@ def rotation_unavailable(student, teacher_dim: int) -> str | None:
     if head.linear.weight.shape[0] != teacher_dim:
         return (f"a {head.linear.weight.shape[0]}-d student lives in its own space, not in the "
                 f"{teacher_dim}-d teacher's (a low-dimensional head)")
+    if not normalized_after_head(student):
+        return "no Normalize module follows the Dense head (a rotation keeps cosines only of unit outputs)"
     return None
 
 
@@ -153,8 +163,8 @@ def rotate_output_to_teacher(student, featurize: Featurizer, pairs: TokenizedPai
     rows, ids, teacher = fit_sample(pairs, n_pairs)
     embeddings = encode_token_ids(student, featurize, ids, batch_size).double()
     rotation = procrustes_map(embeddings, teacher)  # [dim, dim], orthogonal
-    with torch.no_grad():
-        weight, bias = linear.weight.double(), linear.bias.double()
+    with torch.no_grad():  # the rotation is fitted on CPU embeddings; the head may live on a GPU
+        weight, bias = linear.weight.detach().cpu().double(), linear.bias.detach().cpu().double()
         _set_linear(linear, rotation.T @ weight, rotation.T @ bias)
     rotated = embeddings @ rotation
     return ({"pairs": len(rows), "mse_before": float(torch.mean((embeddings - teacher) ** 2)),

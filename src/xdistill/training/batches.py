@@ -72,10 +72,15 @@ def autocast_context(device: torch.device, mode: str):
     ``cuda`` keeps CPU work in fp32: without native bf16 instructions a CPU emulates it, slower than fp32;
     ``auto`` uses it on a CPU that has them. Weights, gradients and the losses stay fp32 either way
     (autocast lowers the matrix products only), and so does every embedding outside the steps."""
-    on_cpu = device.type != "cuda"
-    if mode == "never" or (on_cpu and (mode == "cuda" or (mode == "auto" and not cpu_has_native_bf16()))):
+    if not uses_bf16_autocast(device, mode):
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def uses_bf16_autocast(device: torch.device, mode: str) -> bool:
+    """Whether the training steps on ``device`` run under bf16 autocast with ``train.autocast_bf16: mode``."""
+    on_cpu = device.type != "cuda"
+    return not (mode == "never" or (on_cpu and (mode == "cuda" or (mode == "auto" and not cpu_has_native_bf16()))))
 
 
 @functools.cache

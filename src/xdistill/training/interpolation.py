@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 
 from xdistill.errors import XdistillError
-from xdistill.training.student import load_trainable_state_dict, output_dense
+from xdistill.training.student import load_trainable_state_dict, normalized_after_head, output_dense
 
 
 def interpolate_states(start: Mapping[str, torch.Tensor], end: Mapping[str, torch.Tensor],
@@ -46,7 +46,8 @@ def interpolate_states(start: Mapping[str, torch.Tensor], end: Mapping[str, torc
         if not final.is_floating_point() or (LORA_A in name and not torch.any(start[name.replace(LORA_A, LORA_B)])):
             mixed[name] = final.clone()
         else:
-            mixed[name] = torch.lerp(first, final, alpha)
+            # the start comes from a checkpoint loaded onto the CPU; the trained end may live on a GPU
+            mixed[name] = torch.lerp(first.to(final.device), final, alpha)
     return mixed
 
 
@@ -106,6 +107,9 @@ def check_identity_head(student: torch.nn.Module) -> None:
     if out_dim < in_dim:
         raise XdistillError(f"train.interpolation_from: base needs a head at least as wide as the encoder "
                             f"({in_dim} -> {out_dim} cannot be the identity); use interpolation_from: start")
+    if not normalized_after_head(student):  # a = 0 is the base itself only when the output is normalised
+        raise XdistillError("train.interpolation_from: base needs a Normalize module after the student's Dense head; "
+                            "use interpolation_from: start")
 
 
 def with_identity_head(student: torch.nn.Module, state: Mapping[str, torch.Tensor],

@@ -31,6 +31,8 @@ from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 
 LOSS_NAMES = ("mse", "feature_distillation", "logit_distillation", "additive_margin_softmax", "similarity_ranking")
+# the losses that compare each pair with the other pairs of its (per-process) micro-batch
+IN_BATCH_LOSSES = ("logit_distillation", "additive_margin_softmax", "similarity_ranking")
 
 
 def _check_pair_shapes(student_src: Tensor, student_tgt: Tensor, teacher_src: Tensor) -> None:
@@ -218,6 +220,11 @@ class LossConfig:
     def active(self) -> tuple[str, ...]:
         """Names of the losses with a positive weight, in a fixed order."""
         return tuple(name for name in LOSS_NAMES if getattr(self, name) > 0)
+
+    @property
+    def in_batch(self) -> tuple[str, ...]:
+        """The active losses whose negatives are the other pairs of the same micro-batch slice."""
+        return tuple(name for name in IN_BATCH_LOSSES if getattr(self, name) > 0)
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)

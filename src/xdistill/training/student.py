@@ -303,6 +303,13 @@ def output_dense(model: SentenceTransformer):
     return next((m for m in model if type(m).__name__ == "Dense"), None)
 
 
+def normalized_after_head(model: SentenceTransformer) -> bool:
+    """Whether a Normalize module follows the student's Dense head. The orthogonal head fits (procrustes, pca),
+    the export rotation and the identity head are fitted on unit vectors: they hold only for such a student."""
+    names = [type(module).__name__ for module in model]
+    return "Dense" in names and "Normalize" in names[names.index("Dense") + 1:]
+
+
 def add_output_dense(model: SentenceTransformer, output_dim: int, init_weight: torch.Tensor | None = None,
                      init_bias: torch.Tensor | None = None) -> None:
     """Insert a linear Dense layer to ``output_dim`` right after pooling (before Normalize)."""

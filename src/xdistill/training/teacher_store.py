@@ -378,6 +378,7 @@ def _write_npy_durably(final: Path, array: np.ndarray) -> tuple[int, str]:
             np.save(handle, array, allow_pickle=False)
             handle.flush()
             os.fsync(handle.fileno())
+    _fsync_dir(final.parent)  # the rename too: an index naming this shard must not outlive it in a power loss
     return final.stat().st_size, _file_blake2b(final)
 
 

@@ -33,7 +33,7 @@ from xdistill.errors import XdistillError
 from xdistill.models.vocabulary import DEFAULT_RAW_DIR, vocabulary_digest
 from xdistill.training import checkpoint as ckpt
 from xdistill.training.batches import (Featurizer, TokenizedPairs, autocast_context, cpu_has_native_bf16,
-                                       tokenize_pairs)
+                                       tokenize_pairs, uses_bf16_autocast)
 from xdistill.training.distributed import DistContext
 from xdistill.training.pairs import BatchStream, read_parallel_pairs
 from xdistill.training.reports import write_reports
@@ -114,6 +114,22 @@ def build_objective(loss: dict[str, Any], student_dim: int, teacher_dim: int) ->
     from xdistill.training.losses import DistillationObjective
 
     return DistillationObjective(loss, student_dim=student_dim, teacher_dim=teacher_dim)
+
+
+def check_in_batch_slice(params: TrainParams, world_size: int) -> None:
+    """Refuse in-batch losses over slices of one pair. Each process computes its losses on its own slice of
+    each micro-batch (``batch_size / grad_accumulation / processes`` pairs): with one pair there is no
+    other pair to rank against, and the ranking and logit losses are exactly 0 (a silent no-op)."""
+    from xdistill.training.losses import LossConfig
+
+    in_batch = LossConfig.from_mapping(params.loss).in_batch
+    slice_pairs = params.micro_batch // world_size
+    if in_batch and slice_pairs < 2:
+        raise XdistillError(
+            f"params train: {', '.join(in_batch)} compare each pair with the other pairs of its slice, but a slice "
+            f"holds {slice_pairs} pair (batch_size {params.batch_size} / grad_accumulation "
+            f"{params.grad_accumulation} / {world_size} processes): raise batch_size or lower grad_accumulation"
+        )
 
 
 def make_optimizer(module: nn.Module, params: TrainParams) -> torch.optim.AdamW:
@@ -237,6 +253,7 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
             f"params train: a micro-batch of {params.micro_batch} pairs does not split evenly over "
             f"{ctx.world_size} processes"
         )
+    check_in_batch_slice(params, ctx.world_size)
     if ctx.device.type == "cpu" and params.autocast_bf16 in ("auto", "always"):
         native = cpu_has_native_bf16()
         if params.autocast_bf16 == "auto":
@@ -275,6 +292,9 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
         "dev_sts": [sts_dev_digests(dev_sts_dir, sts_languages), sts_languages],
         "dev_mining": ckpt.file_digest(dev_mining_file) if dev_mining_file and Path(dev_mining_file).is_file() else None,
         "world_size": ctx.world_size,
+        # the same settings train other weights on a GPU or in bf16: such a last.pt is no result of this run
+        "device": ctx.device.type,
+        "bf16_steps": uses_bf16_autocast(ctx.device, params.autocast_bf16),
         # a trimmed vocabulary follows its corpus (the evaluation sets too): rows of another one mean other pieces
         "vocabulary": vocabulary_digest(student) if student_config.vocabulary else None,
     })
@@ -349,6 +369,9 @@ def _train(run: _Run) -> TrainResult:
         best = ckpt.load_checkpoint(outputs.checkpoint_dir, ckpt.BEST, run.fingerprint)
         if best is not None:
             load_trainable_state_dict(run.student, best["model"])
+        elif state.best_metrics:  # exporting the last step instead would contradict every report of best_step
+            raise XdistillError(f"{outputs.checkpoint_dir / ckpt.BEST} (step {state.best_step}, the best on dev data) "
+                                "is missing or unreadable: delete the checkpoint folder to train again")
         if params.interpolation:
             interpolation = _interpolate(run, state)
         rotation, sample_embeddings = _rotate_to_teacher(run) if params.export_rotation else (None, None)
@@ -530,7 +553,8 @@ def _run_loop(run: _Run, wrapped: nn.Module, optimizer, scheduler, stream: Batch
 def check_selection_metric(metrics: dict[str, float], metric: str) -> None:
     """Refuse a selection metric this run cannot measure (NaN at the start: no STS dev data for dev_sts, a
     low-dimensional head without feature distillation for dev_mse_x100, ...): no checkpoint would ever count
-    as better and the export would silently be the untrained start."""
+    as better, no best.pt would be written and the export would silently be the last step, never chosen on
+    dev data."""
     if not math.isfinite(metrics[metric]):
         raise XdistillError(f"params train.selection_metric {metric} is {metrics[metric]} for this run (not measured "
                             "with these settings and dev data): choose another one or give it its dev data")
@@ -544,6 +568,7 @@ def _record_eval(state: _LoopState, params: TrainParams, step: int, metrics: dic
                 step, metrics["dev_score"], metrics["dev_sts"], metrics["dev_accuracy"],
                 metrics["dev_teacher_accuracy"], metrics["dev_mse_x100"], metrics["dev_mean_pairwise_cosine"])
     value = metrics[params.selection_metric]
+    # the start is no checkpoint candidate: it competes through train.interpolation's a = 0
     if step > 0 and is_better(params.selection_metric, value, state.best_value):
         state.best_value, state.best_step, state.best_metrics = value, step, dict(metrics)
         state.evals_without_improvement = 0

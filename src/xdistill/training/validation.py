@@ -321,10 +321,12 @@ def _f1_at(cut: float, scores: np.ndarray, is_gold: np.ndarray, n_gold: int) -> 
 
 
 def _in_teacher_space(embeddings: torch.Tensor, objective: torch.nn.Module, teacher_dim: int) -> torch.Tensor | None:
-    """The embeddings as the teacher-space losses see them (through the feature-distillation projection)."""
-    if embeddings.shape[1] == teacher_dim:
-        return embeddings
+    """The embeddings as the teacher-space losses see them: as they are when the MSE trains them towards the
+    teacher (or nothing else could), through the feature-distillation projection when only it does."""
     projection = getattr(objective, "projection", None)
+    mse_trained = getattr(getattr(objective, "config", None), "mse", 0.0) > 0
+    if embeddings.shape[1] == teacher_dim and (projection is None or mse_trained):
+        return embeddings
     if projection is None:
         return None
     with torch.no_grad():
