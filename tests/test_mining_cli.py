@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from xdistill.cli.main import main
-from xdistill.errors import InputFileError
+from xdistill.errors import InputFileError, XdistillError
 from xdistill.mining.margin import mine_embeddings
 from xdistill.mining.stream import LineFile, NpyRows, mine_npy, tsv_field, write_npy_shards
 
@@ -167,6 +167,11 @@ def test_npy_shards_roundtrip_and_sharded_mining_equals_in_memory(tmp_path):
     (tmp_path / "cut.npy").write_bytes((tmp_path / "src.npy").read_bytes()[:-4 * 16 * 4])  # four rows short
     with pytest.raises(InputFileError, match=r"cut.npy: truncated: its header promises 1000 x 16 float32"):
         NpyRows(tmp_path / "cut.npy")
+    broken = src.copy()
+    broken[500, 3] = np.nan  # a model that produced NaN for one sentence: an error, not a row mined away
+    np.save(tmp_path / "nan.npy", broken)
+    with pytest.raises(XdistillError, match=r"nan.npy \(rows 384-511\): 1 of 128 embedding rows are not finite"):
+        mine_npy(tmp_path / "nan.npy", tmp_path / "tgt.npy", shard_rows=128, progress=False)
 
 
 @pytest.mark.parametrize(("rows", "train_rows", "sampled"), [(10, 6, 5), (12, 6, 6), (5, 6, 5), (399, 200, 200)])

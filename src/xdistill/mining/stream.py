@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import atomic_path
-from xdistill.mining.knn import INDEX_KINDS, build_index
+from xdistill.mining.knn import INDEX_KINDS, build_index, check_finite
 from xdistill.vectors import as_float32_matrix
 from xdistill.mining.margin import MinedPairs, NeighbourLists, mine_from_neighbours
 
@@ -190,7 +190,9 @@ class NpyRows:
     def shards(self, rows: int) -> Iterator[tuple[int, np.ndarray]]:
         """``(first_row, block)`` for consecutive blocks of at most ``rows`` rows."""
         for start in range(0, len(self), rows):
-            yield start, self.read(start, start + rows)
+            block = self.read(start, start + rows)
+            # faiss would give a NaN row no neighbour and mining would drop it without a word
+            yield start, check_finite(block, f"{self.path} (rows {start}-{start + len(block) - 1})")
 
 
 def write_npy_shards(blocks: Iterator[np.ndarray], n_rows: int, out_path: str | Path) -> Path:
