@@ -21,8 +21,9 @@ How a run works
    (``XDISTILL_REGISTRY_ROOT``) on the Prefect run (link and markdown artifacts), and runs the
    promotion gate.
 
-A failing stage fails its task and the flow with the stage's own error lines; the workspace is
-deleted, no experiment is saved, and a model version this run registered is taken back out.
+A failing stage fails its task and the flow with the stage's own error lines; no experiment is saved,
+a model version this run registered is taken back out, and the workspace is deleted, unless the run
+wrote training checkpoints (then it stays for ``resume_from``).
 
 Why the flow writes params.yaml instead of passing ``dvc exp run -S``: DVC writes the overridden
 file with a YAML 1.2 writer (``1e-05``), which the stages' reader (PyYAML, YAML 1.1) takes for the
@@ -39,6 +40,8 @@ GPU hosts: deploy the whole flow to the ``gpu`` work pool (``distill/gpu`` in pr
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
 import json
 import os
@@ -233,6 +236,7 @@ def write_params(params_file: Path, values: dict[str, Any]) -> None:
     data = rt_yaml.load(params_file.read_text(encoding="utf-8"))
     for key, value in values.items():
         parent, leaf = _dotted_parent(data, key, params_file)
+        _check_same_kind(key, parent[leaf], value, params_file)
         parent[leaf] = _same_style(parent[leaf], value)
     text = _dump(rt_yaml, data)
     # the stages read params.yaml with PyYAML, DVC (its params diff, `dvc exp show`) with ruamel
@@ -243,6 +247,55 @@ def write_params(params_file: Path, values: dict[str, Any]) -> None:
             if parent[leaf] != value or type(parent[leaf]) is not type(value):
                 raise ValueError(f"{params_file}: {key}={value!r} would be read back as {parent[leaf]!r}")
     write_text_atomic(params_file, text)
+
+
+def _value_kind(value: Any) -> str | None:
+    """What a stage expects of a setting: a number (int or float alike), a flag, a text, a list or a mapping."""
+    if value is None:
+        return None  # null: "every pair", "off", ... any kind may replace it, and be replaced by it
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    # isinstance: the round-trip reader's values are subclasses (CommentedSeq, ScalarFloat, ...)
+    kinds = ((str, "a text"), (list, "a list"), (dict, "a mapping"))
+    return next((kind for cls, kind in kinds if isinstance(value, cls)), type(value).__name__)
+
+
+def _check_same_kind(key: str, current: Any, value: Any, params_file: Path) -> None:
+    """Refuse a value of another kind than the one it replaces ("3e-5" for a learning rate): it would read back
+    as itself and fail only in the stage that reads it, maybe hours into the run."""
+    was, new = _value_kind(current), _value_kind(value)
+    if was is not None and new is not None and was != new:
+        raise ValueError(f"{params_file}: {key} is {was} ({current!r}), not {new} ({value!r})")
+
+
+def check_stage_params(params: dict[str, Any], params_file: Path) -> None:
+    """Build every stage's settings from the run's params before `dvc exp run`: a value the stage would refuse
+    (every loss weight 0, a batch that grad_accumulation does not divide, a negative promotion margin) fails
+    the run now, with the stage's own message, not when that stage starts."""
+    from xdistill.evaluation.suite import EvaluationSettings
+    from xdistill.registry.promotion import PromoteConfig
+    from xdistill.registry.register import RegisterConfig
+    from xdistill.training.losses import LossConfig
+    from xdistill.training.settings import RuntimeSettings, TrainParams
+    from xdistill.training.student import StudentConfig
+    from xdistill.training.trainer import check_in_batch_slice
+
+    try:
+        if "train" in params:
+            train = TrainParams.from_params(params["train"])
+            LossConfig.from_mapping(train.loss)
+            StudentConfig.from_params(str((params.get("models") or {}).get("student", "")), train.student,
+                                      train.max_seq_length)
+            check_in_batch_slice(train, world_size=1)
+        if "evaluate" in params:
+            EvaluationSettings.from_params(params["evaluate"], params.get("languages") or [])
+        RuntimeSettings.from_params(params.get("runtime"))
+        RegisterConfig.from_params(params.get("register"))
+        PromoteConfig.from_params(params.get("promote"))
+    except Exception as exc:
+        raise ValueError(f"{params_file}: {exc}") from exc
 
 
 def _dotted_parent(data: Any, key: str, params_file: Path) -> tuple[dict[str, Any], str]:
@@ -367,16 +420,19 @@ class DvcRun:
         return self.proc.wait()
 
     def stop(self) -> None:
-        """End DVC and its stage if they still run (the flow was cancelled or failed)."""
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
+        """End DVC and its stage if they still run (the flow was cancelled or failed).
+
+        SIGINT first: the stage gets KeyboardInterrupt and runs its own cleanup (the register stage takes
+        back a model version it registered; a default SIGTERM would end it on the spot), and DVC, which
+        ignores SIGINT while a stage runs, ends after it. SIGTERM, then SIGKILL, for what lingers.
+        """
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+            if self.proc.poll() is not None:
+                break
+            with contextlib.suppress(ProcessLookupError):  # the group ended meanwhile
+                os.killpg(self.proc.pid, signum)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-            except ProcessLookupError:
-                pass
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 
@@ -453,11 +509,11 @@ def prepare_workspace(root: str, name: str, workspace_parent: str | None = None)
         if forgotten := forget_unrestorable_lock_entries(workspace):
             log.info("dvc.lock entries whose outputs this DVC cache lacks (built elsewhere), left to the run cache: "
                      "%s", ", ".join(forgotten))
+        commit = run_checked(["git", "rev-parse", "--short", "HEAD"], workspace)
     except BaseException:
         shutil.rmtree(workspace, ignore_errors=True)  # a half-made clone of this attempt; a retry makes a new one
         raise
-    log.info("workspace %s (commit %s, DVC cache %s)", workspace,
-             run_checked(["git", "rev-parse", "--short", "HEAD"], workspace), cache)
+    log.info("workspace %s (commit %s, DVC cache %s)", workspace, commit, cache)
     return str(workspace)
 
 
@@ -539,7 +595,9 @@ def set_params(workspace: str, values: dict[str, Any]) -> dict[str, Any]:
         log.info("params set: %s", ", ".join(f"{key}={json.dumps(value)}" for key, value in values.items()))
     else:
         log.info("params.yaml as committed (no parameter set)")
-    return yaml.safe_load(params_file.read_text(encoding="utf-8"))
+    params = yaml.safe_load(params_file.read_text(encoding="utf-8"))
+    check_stage_params(params, params_file)
+    return params
 
 
 @task(task_run_name="stage-{stage}", cache_policy=NO_CACHE)
@@ -547,7 +605,7 @@ def follow_stage(dvc_run: DvcRun, stage: str, progress: PipelineProgress) -> dic
     """One DVC stage of the experiment: its output into this task's log; fails when the stage fails.
 
     Returns ``{"ran": bool, "seconds": float}``: whether DVC ran the command (False: up to date or
-    restored from its run cache) and how long the stage took, for the run's time budget."""
+    restored from its run cache) and how long the stage took, for the run's result and the sweep."""
     log = get_run_logger()
     log.info("%s", dvc_run.header)
     skipped = dvc_run.header.startswith("Stage ")
@@ -699,14 +757,15 @@ def distill(
         raise ValueError(f"DVC experiment '{name}' already exists in {root}: choose another name")
     values = run_params(languages, teacher, student, train_steps, loss_weights, mirror, overrides)
     workspace = prepare_workspace(str(root), name, workspace_parent if _is_set(workspace_parent) else None)
-    saved = False
-    committed_registration = _registration(Path(workspace), root)  # from the project's last commit, if any
+    saved = started = False
     seeded: dict[str, int] = {}
     try:
+        committed_registration = _registration(Path(workspace), root)  # from the project's last commit, if any
         if _is_set(resume_from):
             seed_checkpoints(workspace, resume_from)
             seeded = _checkpoint_stamps(Path(workspace))
         params = set_params(workspace, mirror_from_workspace(values, root, Path(workspace)))
+        started = True  # from here on the register stage may have registered a version
         stages = run_experiment(Path(workspace), root, name)
         rev = push_experiment(workspace, str(root), name)
         saved = True
@@ -721,7 +780,7 @@ def distill(
         log.info("distill run done: %s", json.dumps(result))
         return result
     except BaseException as exc:
-        if not saved:
+        if started and not saved:
             _unregister_unsaved(Path(workspace), root, committed_registration)
         if isinstance(exc, Exception):
             create_markdown_artifact(key="distill-failure", markdown=_failure_markdown(exc, saved),
@@ -834,7 +893,12 @@ def sweep(
     if _is_set(deployment):
         check_deployment(deployment)
         with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:
-            results = list(pool.map(lambda member: _run_member(deployment, member), members))
+            # each member in a copy of this flow run's context: run_deployment links the member's flow run to
+            # this one only when it finds a run context (the server cancels the members with the sweep), and
+            # the members' logs go to this run
+            futures = [pool.submit(contextvars.copy_context().run, _run_member, deployment, member)
+                       for member in members]
+            results = [future.result() for future in futures]
     else:
         results = [_run_subflow(member) for member in members]
     create_markdown_artifact(key="sweep", markdown=_sweep_markdown(param_sets, results))

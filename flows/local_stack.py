@@ -42,15 +42,30 @@ def _log_file(log_dir: Path | None, name: str) -> IO[bytes] | None:
     if log_dir is None:
         return None
     log_dir.mkdir(parents=True, exist_ok=True)
-    return open(log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+    return open(log_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child holds its own copy; see _start
 
 
 def _start(cmd: list[str], env: dict[str, str], log_dir: Path | None, name: str,
            cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """Start a server process in its own session (so stopping it stops its children too)."""
     out = _log_file(log_dir, name)
-    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
-                            start_new_session=True)
+    try:
+        return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
+                                start_new_session=True)
+    finally:
+        if out is not None:
+            out.close()  # the child writes through its own descriptor
+
+
+def require_free_port(port: int, what: str) -> None:
+    """Refuse a port something already listens on: a stale stack would answer the health check in place of
+    the new server (which then dies on "address in use"), and the pools and deployments would go to it."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            raise RuntimeError(f"{what}: port {port} on 127.0.0.1 is taken (a stack still running? stop it, "
+                               "or choose another --port)") from None
 
 
 def wait_until_up(proc: subprocess.Popen[bytes], url: str, what: str, log_dir: Path | None) -> None:
@@ -61,7 +76,7 @@ def wait_until_up(proc: subprocess.Popen[bytes], url: str, what: str, log_dir: P
             raise RuntimeError(f"{what} exited with {proc.returncode} (see {log_dir or 'its output'})")
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
-                if response.status == 200:
+                if response.status == 200 and proc.poll() is None:  # ours answers, not one that was there
                     return
         except OSError:
             time.sleep(1)
@@ -98,6 +113,7 @@ class LocalStack:
     def start_server(self) -> None:
         """``prefect server start`` on 127.0.0.1; returns once /api/health answers."""
         self.home.mkdir(parents=True, exist_ok=True)
+        require_free_port(self.port, "prefect server")
         self.server = _start([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
                               "--port", str(self.port)], self.env(), self.log_dir, "server")
         wait_until_up(self.server, f"{self.api_url}/health", "prefect server", self.log_dir)
@@ -165,6 +181,7 @@ class MlflowUi:
         # Without MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false, stopping the server leaves orphan
         # job-runner processes (shared/docs/stack-notes.md); one worker answers in seconds.
         env = child_env(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+        require_free_port(self.port, "mlflow server")
         self.server = _start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store,
                               "--registry-store-uri", store, "--host", "127.0.0.1", "--port", str(self.port),
                               "--workers", "1"], env, self.log_dir, "mlflow", cwd=self.project)

@@ -111,6 +111,37 @@ def test_params_are_written_as_the_stages_read_them_with_comments_kept(tmp_path:
         distill_flows.write_params(params, {"evaluation.muse": False})
 
 
+def test_a_value_of_another_kind_than_the_setting_it_replaces_is_refused(tmp_path: Path) -> None:
+    """"3e-5" reads back as the text it is and would fail only in the train stage, maybe hours in."""
+    params = tmp_path / "params.yaml"
+    params.write_text("train:\n  learning_rate: 5.0e-5\n  steps: 100\n  max: null\n  flag: true\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"train.learning_rate is a number \(5e-05\), not a text \('3e-5'\)"):
+        distill_flows.write_params(params, {"train.learning_rate": "3e-5"})
+    with pytest.raises(ValueError, match="train.flag is true/false"):
+        distill_flows.write_params(params, {"train.flag": 1})
+    distill_flows.write_params(params, {"train.learning_rate": 1, "train.steps": 2.5, "train.max": 7})
+    assert yaml.safe_load(params.read_text(encoding="utf-8"))["train"] == {
+        "learning_rate": 1, "steps": 2.5, "max": 7, "flag": True}
+
+
+def test_every_stage_setting_is_checked_before_the_run_starts(tmp_path: Path) -> None:
+    committed = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
+    distill_flows.check_stage_params(committed, tmp_path / "params.yaml")
+    refused = {
+        "every loss weight is 0": {"train": {**committed["train"], "loss": {"mse": 0.0}}},
+        "not a multiple of grad_accumulation": {"train": {**committed["train"], "batch_size": 30,
+                                                          "grad_accumulation": 4}},
+        "a slice holds 1 pair": {"train": {**committed["train"], "batch_size": 4, "grad_accumulation": 4}},
+        "head_fit must be one of": {"train": {**committed["train"],
+                                              "student": {**committed["train"]["student"], "head_fit": "svd"}}},
+        "margin": {"promote": {**committed["promote"], "margin": -1}},
+        "evaluate.mining_k must be >= 1": {"evaluate": {**committed["evaluate"], "mining_k": 0}},
+    }
+    for message, change in refused.items():
+        with pytest.raises(ValueError, match=rf"params.yaml: .*{re.escape(message)}"):
+            distill_flows.check_stage_params({**committed, **change}, tmp_path / "params.yaml")
+
+
 # --- following `dvc exp run` ---------------------------------------------------------------------
 
 
@@ -161,6 +192,32 @@ def test_dvc_exp_run_output_is_read_stage_by_stage(tmp_path: Path) -> None:
     found, _, returncode = sections("e2")  # nothing changed: DVC skips what ran, the broken stage runs again
     assert list(found) == ["first", "second", "third"] and returncode != 0
     assert [found[stage][0].startswith("Stage ") for stage in found] == [True, True, False], found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_stopping_dvc_lets_the_running_stage_clean_up_after_itself(tmp_path: Path) -> None:
+    """A cancelled run stops `dvc exp run` with SIGINT first: the stage gets KeyboardInterrupt and runs its own
+    cleanup (the register stage takes back a version it registered), which a plain SIGTERM would skip."""
+    project = tmp_path / "p"
+    project.mkdir()
+    init_git_dvc(project)
+    (project / "stage.py").write_text(
+        "import pathlib, time\npathlib.Path('started').write_text('1')\n"
+        "try:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n    pathlib.Path('cleaned-up').write_text('1')\n"
+        "    raise\n", encoding="utf-8")
+    (project / "dvc.yaml").write_text(yaml.safe_dump(
+        {"stages": {"wait": {"cmd": f"{sys.executable} stage.py", "deps": ["stage.py"]}}}), encoding="utf-8")
+    for cmd in (["git", "add", "-A"], ["git", "commit", "-qm", "one stage"]):
+        run(cmd, project)
+    dvc_run = distill_flows.DvcRun(["exp", "run", "--name", "stopped"], project, distill_flows.tool_env())
+    deadline = time.monotonic() + 120
+    while not (project / "started").exists() and time.monotonic() < deadline and dvc_run.proc.poll() is None:
+        time.sleep(0.2)
+    assert (project / "started").exists()
+    dvc_run.stop()
+    assert dvc_run.proc.poll() is not None
+    assert (project / "cleaned-up").exists()
 
 
 def test_outputs_a_lock_names_but_this_cache_lacks_come_from_the_run_cache(tmp_path: Path) -> None:
@@ -293,6 +350,9 @@ def test_ctrl_c_pressed_again_while_the_ui_stops_still_stops_everything(tmp_path
         assert any(line.startswith(f"MLflow UI: http://127.0.0.1:{port}") for line in stack.stdout)
         servers = psutil.Process(stack.pid).children(recursive=True)
         assert servers  # the mlflow server, in a session of its own
+        second = subprocess.run([sys.executable, str(tmp_path / "flows" / "local_stack.py"), "mlflow", "--port",
+                                 str(port)], capture_output=True, text=True, timeout=120)
+        assert second.returncode != 0 and f"port {port} on 127.0.0.1 is taken" in second.stderr
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGINT):
             stack.send_signal(signum)
             time.sleep(0.2)

@@ -306,6 +306,25 @@ def test_each_alias_has_its_own_history_and_a_hand_moved_alias_is_respected(trac
     assert _alias(tracking_uri) == v3
 
 
+def test_an_alias_move_that_fails_leaves_no_promoted_tag_and_the_history_as_it_was(
+        tracking_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """e.g. sqlite 'database is locked' under parallel sweep members: nothing may claim the move happened."""
+    from mlflow import MlflowClient
+
+    v1, v2 = (cheap_version(tracking_uri, score, {"de": score}) for score in (0.50, 0.60))
+    assert promote(MODEL_NAME, v1, tracking_uri=tracking_uri, config=GATE).decision == "promoted"
+
+    def locked(*_args, **_kwargs):
+        raise RuntimeError("database is locked")
+    monkeypatch.setattr(MlflowClient, "set_registered_model_alias", locked)
+    with pytest.raises(RuntimeError, match="database is locked"):
+        promote(MODEL_NAME, v2, tracking_uri=tracking_uri, config=GATE)
+    monkeypatch.undo()
+    assert _alias(tracking_uri) == v1 and champion_history(MODEL_NAME, tracking_uri=tracking_uri) == [v1]
+    assert DECISION_TAG not in client_for(tracking_uri).get_model_version(MODEL_NAME, v2).tags
+    assert promote(MODEL_NAME, v2, tracking_uri=tracking_uri, config=GATE).decision == "promoted"  # once it can
+
+
 def test_a_champion_set_by_hand_is_where_rollback_returns(tracking_uri: str) -> None:
     """The gate beats the hand-set champion, so rolling back restores that one, not the gate's last pick."""
     v1, v2, v3, v4 = (cheap_version(tracking_uri, score, {"de": score}) for score in (0.50, 0.60, 0.65, 0.70))

@@ -239,7 +239,6 @@ def promote(
         decision = judge(Scores.from_tags(candidate_version.tags), champion_scores, config.margin, config.tolerance,
                          config.compare_with, champion_version=champion)
         verdict = PROMOTED if decision.promote else REFUSED
-        _tag_decision(client, model_name, candidate, verdict, decision.reasons, champion)
         if decision.promote:
             before = _history(client, model_name, config.alias)
             _write_history(client, model_name, config.alias, _history_after(before, champion, candidate))
@@ -248,6 +247,8 @@ def promote(
             except BaseException:
                 _write_history(client, model_name, config.alias, before)  # the alias did not move
                 raise
+        # after the alias move: a version tagged "promoted" holds (or held) the alias
+        _tag_decision(client, model_name, candidate, verdict, decision.reasons, champion)
         new_champion = candidate if decision.promote else champion
     log.info("%s version %s %s: %s", model_name, candidate, verdict, "; ".join(decision.reasons))
     return PromotionResult(model_name, candidate, verdict, decision.reasons, champion, new_champion)
