@@ -59,6 +59,7 @@ def export_student(student_dir: str | Path, output_dir: str | Path, formats: Seq
 
     from xdistill.export.onnx import export_onnx, fuse_for_cpu, model_input_names, quantize_int8
     from xdistill.export.runtime import check_backend_files
+    from xdistill.models import default_prompt
 
     formats = _check_formats(formats)
     student_dir, output_dir = Path(student_dir), Path(output_dir)
@@ -76,7 +77,11 @@ def export_student(student_dir: str | Path, output_dir: str | Path, formats: Seq
             fp32 = export_onnx(model, tmp / ONNX_FILES["onnx"])
             report.fusions = fuse_for_cpu(fp32)
             if "onnx-int8" in formats:
-                calibration = model.tokenizer(CHECK_TEXTS, padding=True, return_tensors="np")
+                # as encode tokenises: the default prompt ("query: ") shifts the activations the outlier
+                # search measures, so the layers it keeps in fp32 are chosen on what inference sees
+                prompt = default_prompt(model)
+                calibration = model.tokenizer([prompt + text for text in CHECK_TEXTS], padding=True,
+                                              return_tensors="np")
                 feeds = {name: calibration[name].astype(np.int64) for name in model_input_names(model)}
                 report.int8_fp32_matmuls = quantize_int8(fp32, tmp / ONNX_FILES["onnx-int8"], feeds)
         if "fp16" in formats:
