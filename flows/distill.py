@@ -780,10 +780,9 @@ def distill(
         log.info("distill run done: %s", json.dumps(result))
         return result
     except BaseException as exc:
-        if started and not saved:
-            _unregister_unsaved(Path(workspace), root, committed_registration)
+        left = _unregister_unsaved(Path(workspace), root, committed_registration) if started and not saved else []
         if isinstance(exc, Exception):
-            create_markdown_artifact(key="distill-failure", markdown=_failure_markdown(exc, saved),
+            create_markdown_artifact(key="distill-failure", markdown=_failure_markdown(exc, saved, left),
                                      description=f"why {name} failed")
         raise
     finally:
@@ -823,10 +822,16 @@ def run_experiment(workspace: Path, root: Path, name: str) -> dict[str, dict[str
     return outcomes
 
 
-def _failure_markdown(exc: Exception, saved: bool) -> str:
-    """What the flow-run page's Artifacts tab says about a failed run."""
-    kept = ("The DVC experiment was saved before the failure." if saved else
-            "No DVC experiment was saved and no model version was kept; the project and its params.yaml are unchanged.")
+def _failure_markdown(exc: Exception, saved: bool, left: list[str] | None = None) -> str:
+    """What the flow-run page's Artifacts tab says about a failed run (``left``: what the registry kept)."""
+    if saved:
+        kept = "The DVC experiment was saved before the failure."
+    elif left:
+        kept = ("No DVC experiment was saved, but the model registry kept what this run registered: "
+                + "; ".join(left))
+    else:
+        kept = ("No DVC experiment was saved and no model version was kept; the project and its params.yaml "
+                "are unchanged.")
     return "\n".join([
         # the message in a code block: paths keep their underscores (markdown would take them for emphasis)
         "# distill failed", "", f"**{type(exc).__name__}**:", "", "```text", str(exc), "```", "", kept,
@@ -854,16 +859,21 @@ def _registration(workspace: Path, project: Path) -> dict[str, Any] | None:
     return read_registration(register_file, project=project) if register_file.is_file() else None
 
 
-def _unregister_unsaved(workspace: Path, project: Path, committed: dict[str, Any] | None) -> None:
-    """The register stage ran in this run but the experiment was never saved: take the version back out."""
+def _unregister_unsaved(workspace: Path, project: Path, committed: dict[str, Any] | None) -> list[str]:
+    """The register stage ran in this run but the experiment was never saved: take the version back out;
+    what could not be removed (empty: nothing was left)."""
     registration = _registration(workspace, project)
     if registration is None or registration == committed:
-        return  # nothing registered by this run (a committed register.json is another run's)
+        return []  # nothing registered by this run (a committed register.json is another run's)
     from xdistill.registry.register import unregister
 
-    unregister(registration)
-    get_run_logger().warning("run failed after registration: removed %s version %s",
-                             registration["model_name"], registration["model_version"])
+    log = get_run_logger()
+    if problems := unregister(registration):
+        log.error("run failed after registration: %s", "; ".join(problems))
+    else:
+        log.warning("run failed after registration: removed %s version %s",
+                    registration["model_name"], registration["model_version"])
+    return problems
 
 
 @flow(name="sweep")

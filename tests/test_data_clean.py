@@ -248,3 +248,14 @@ def test_a_near_copy_of_a_dev_sentence_is_held_out_of_training():
     dev = {decontamination_key(s) for s in ("A dog runs.", "Ein Hund rennt.")}
     assert _is_held_out(("toy", "de", 7), "a dog runs", "Der Hund läuft.", set(), dev)
     assert not _is_held_out(("toy", "de", 8), "A cat runs.", "Eine Katze rennt.", set(), dev)
+
+
+def test_decontamination_keys_fold_compatibility_forms_and_invisible_marks() -> None:
+    """Copies the student's tokenizer cannot tell apart (it normalises with NFKC and drops format characters)
+    are one sentence for decontamination too."""
+    assert decontamination_key("１２時です。") == decontamination_key("12時です。")
+    assert decontamination_key("Ｉ ｌｏｖｅ ｙｏｕ") == decontamination_key("I love you")
+    assert decontamination_key("\ufeffHello there.") == decontamination_key("Hello there.")
+    assert decontamination_key("\u200fأحب القهوة") == decontamination_key("أحب القهوة")
+    assert decontamination_key("zero\u200bwidth") == decontamination_key("zerowidth")
+    assert decontamination_key("Straße") != decontamination_key("Strasse ist lang")  # other words stay apart

@@ -232,3 +232,12 @@ def test_ted2020_header_problems_are_named(tmp_path):
     empty = write_lines(tmp_path / "ted-empty.tsv", [])
     with pytest.raises(InputFileError, match="empty"):
         list(formats.read_ted2020(empty, ["de"], checkers()))
+
+
+def test_a_parallel_file_with_a_cell_longer_than_csvs_default_limit_is_read(tmp_path):
+    """cleaning.max_chars: null lets a run-on line through; the stage that reads the file must not refuse it."""
+    from xdistill.data.parallel_tsv import read_parallel_pairs, write_parallel_tsv
+
+    long_line = "word " * 40_000  # 200,000 characters: past csv's 131,072 per cell
+    write_parallel_tsv(tmp_path / "train.tsv.gz", [(long_line.strip(), "Wort.", "de", "x")])
+    assert len(read_parallel_pairs(tmp_path / "train.tsv.gz").sources[0]) == len(long_line.strip())

@@ -224,6 +224,18 @@ def test_fingerprint_follows_content_and_hashes_each_file_once(tmp_path: Path, m
     os.utime(weights, ns=(stamp + 10**9, stamp + 10**9))  # a later write, even on a coarse-clock file system
     assert model_fingerprint(str(copy)) == original
 
+    # replaced by a copy that kept the old file's size and mtime (cp -p, rsync -a, tar x): its inode and
+    # ctime tell it apart, so its own bytes are hashed
+    reads.clear()
+    old = weights.stat()
+    replacement = tmp_path / "replacement.safetensors"
+    data[-64:] = bytes(255 - b for b in data[-64:])
+    replacement.write_bytes(bytes(data))
+    os.utime(replacement, ns=(old.st_atime_ns, old.st_mtime_ns))
+    os.replace(replacement, weights)
+    assert (weights.stat().st_size, weights.stat().st_mtime_ns) == (old.st_size, old.st_mtime_ns)
+    assert model_fingerprint(str(copy)) == changed and reads == ["model.safetensors"]
+
 
 def test_fingerprint_follows_a_symlinked_subfolder_as_the_loaders_do(tmp_path: Path) -> None:
     elsewhere = tmp_path / "disk" / "transformer"

@@ -325,6 +325,24 @@ def test_an_alias_move_that_fails_leaves_no_promoted_tag_and_the_history_as_it_w
     assert promote(MODEL_NAME, v2, tracking_uri=tracking_uri, config=GATE).decision == "promoted"  # once it can
 
 
+def test_unregister_never_takes_a_version_that_holds_an_alias(tracking_uri: str) -> None:
+    """A failed flow run takes back the version it registered, unless it was promoted meanwhile: deleting it
+    would delete the champion alias with it."""
+    from xdistill.registry.register import unregister
+
+    client = client_for(tracking_uri)
+    v1, v2 = (cheap_version(tracking_uri, score, {"de": score}) for score in (0.50, 0.60))
+    assert promote(MODEL_NAME, v1, tracking_uri=tracking_uri, config=GATE).decision == "promoted"
+    registration = {"tracking_uri": tracking_uri, "model_name": MODEL_NAME}
+    held = unregister({**registration, "model_version": v1, "run_id": client.get_model_version(MODEL_NAME, v1).run_id})
+    assert held == [f"{MODEL_NAME} version {v1} holds champion (promoted meanwhile): left in place"]
+    assert _alias(tracking_uri) == v1
+    run_id = client.get_model_version(MODEL_NAME, v2).run_id
+    assert unregister({**registration, "model_version": v2, "run_id": run_id}) == []
+    assert [str(v.version) for v in client.search_model_versions(f"name = '{MODEL_NAME}'")] == [v1]
+    assert client.get_run(run_id).info.lifecycle_stage == "deleted"
+
+
 def test_a_champion_set_by_hand_is_where_rollback_returns(tracking_uri: str) -> None:
     """The gate beats the hand-set champion, so rolling back restores that one, not the gate's last pick."""
     v1, v2, v3, v4 = (cheap_version(tracking_uri, score, {"de": score}) for score in (0.50, 0.60, 0.65, 0.70))

@@ -143,3 +143,17 @@ def test_corpus_option_without_parallel_files_names_the_missing_file(tmp_path: P
     with pytest.raises(XdistillError, match="data/parallel/train.tsv.gz"):
         tiny_e5_student(vocabulary="corpus")
 
+
+
+def test_a_trimmed_vocabulary_keeps_the_dev_mining_blocks_validation_tokenises(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trainer scores the held-out news blocks with the trimmed tokenizer: their names must keep their
+    pieces. A header-only blocks file (no source sets dev_mining_block) adds nothing and is no error."""
+    monkeypatch.chdir(tmp_path)
+    folder = Path("data/parallel")
+    write_parallel(folder / "train.tsv.gz", {"de": [("A cat.", "Eine Katze.")]})
+    write_parallel(folder / "dev.tsv.gz", {"de": [("A dog.", "Ein Hund.")]})
+    write_parallel(folder / "dev_mining.tsv.gz", {"de": [("Zyxwvutsrq spoke.", "Zyxwvutsrq sprach.")]})
+    assert "Zyxwvutsrq sprach." in set(corpus_texts(raw_dir=None))
+    write_parallel(folder / "dev_mining.tsv.gz", {})
+    assert set(corpus_texts(raw_dir=None)) == {"A cat.", "Eine Katze.", "A dog.", "Ein Hund."}

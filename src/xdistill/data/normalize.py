@@ -6,7 +6,9 @@ sentences by :func:`normalize_text`, so "the same sentence" means the same thing
 
 from __future__ import annotations
 
+import functools
 import string
+import sys
 import unicodedata
 
 # Around a sentence: ASCII punctuation, quotes, dashes and CJK punctuation (the marks copies differ by)
@@ -29,14 +31,27 @@ def normalize_text(text: str) -> str:
     return " ".join(text.split())
 
 
+@functools.cache
+def _format_characters() -> dict[int, None]:
+    """A ``str.translate`` table deleting every Unicode format character (category Cf: zero-width, bidi and
+    byte-order marks); built once, on the first non-ASCII key."""
+    return dict.fromkeys(c for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf")
+
+
 def decontamination_key(text: str) -> str:
     """``text`` as decontamination compares it: normalised (:func:`normalize_text`), case-folded, one
     apostrophe, without the punctuation, quotes and spaces around it. "A dog runs." and "a dog runs",
     '"Tough, tough, tough."' and "Tough, tough, tough.", o'clock and o’clock are one sentence here
     (exact matching let such copies of evaluation sentences into training data). Other punctuation inside
     a sentence still counts: folding it too takes a regex pass per side, which halved the cleaning
-    chain's speed (BENCHMARKS.md, parallel). ``str.replace`` and ``strip`` keep it under a microsecond."""
-    text = normalize_text(text).casefold()
+    chain's speed (BENCHMARKS.md, parallel). ``str.replace`` and ``strip`` keep it under a microsecond.
+
+    Beyond ASCII the key is NFKC without format characters: "１２時です。" and "12時です。", a sentence with
+    a byte-order mark or a right-to-left mark and the same one without are one sentence here, as they are
+    for the student's tokenizer (XLM-R's normalises with NFKC and drops such marks)."""
+    text = normalize_text(text)
     if not text.isascii():
+        text = unicodedata.normalize("NFKC", text.translate(_format_characters()))
         text = text.replace("’", "'").replace("‘", "'").replace("´", "'")
+    text = text.casefold()
     return text.replace("`", "'").strip(_EDGE_MARKS)

@@ -21,6 +21,9 @@ from xdistill.errors import InputFileError
 from xdistill.io import atomic_path
 
 HEADER = ("source", "translation", "lang", "corpus")
+# csv's default per-cell limit (131,072 characters) would refuse a long line the parallel stage wrote
+# (cleaning.max_chars: null); the file's own size is the only bound then
+MAX_CELL_CHARS = 2**31 - 1
 
 
 @dataclass
@@ -85,6 +88,7 @@ def read_parallel_pairs(path: str | Path) -> ParallelPairs:
     langs: list[str] = []
     try:
         with _open_text(path) as handle:
+            csv.field_size_limit(max(csv.field_size_limit(), MAX_CELL_CHARS))
             reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
             header = next(reader, None)
             if header is None or tuple(header) != HEADER:
@@ -97,7 +101,9 @@ def read_parallel_pairs(path: str | Path) -> ParallelPairs:
                 sources.append(row[0])
                 translations.append(row[1])
                 langs.append(row[2])
-    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile, csv.Error) as exc:
+    except csv.Error as exc:
+        raise InputFileError(path, f"unreadable parallel data: {exc}", reader.line_num) from exc
+    except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
         raise InputFileError(path, f"unreadable parallel data: {exc}") from exc
     if not sources:
         raise InputFileError(path, "no sentence pairs")

@@ -50,7 +50,9 @@ log = logging.getLogger(__name__)
 
 VOCABULARY_OPTIONS = ("corpus",)
 # The pipeline's files behind ``vocabulary: corpus`` (relative to the project root, as in dvc.yaml).
-DEFAULT_PARALLEL_FILES = (Path("data/parallel/train.tsv.gz"), Path("data/parallel/dev.tsv.gz"))
+# every parallel text the trainer tokenises: training pairs, dev pairs and the dev mining blocks it validates on
+DEFAULT_PARALLEL_FILES = (Path("data/parallel/train.tsv.gz"), Path("data/parallel/dev.tsv.gz"),
+                          Path("data/parallel/dev_mining.tsv.gz"))
 DEFAULT_RAW_DIR = Path("data/raw")
 METASPACE = "\u2581"
 _BATCH = 4096
@@ -233,8 +235,12 @@ def corpus_texts(parallel_files: Sequence[str | Path] = DEFAULT_PARALLEL_FILES,
     """
     from xdistill.data.parallel_tsv import read_parallel_pairs
 
+    from xdistill.data.parallel_tsv import has_pairs
+
     languages: set[str] = set()
     for path in parallel_files:
+        if Path(path).name == DEFAULT_PARALLEL_FILES[2].name and not (Path(path).is_file() and has_pairs(path)):
+            continue  # no source sets dev_mining_block: the stage writes the file without pairs
         pairs = read_parallel_pairs(path)
         languages.update(lang for lang in pairs.langs if lang)
         yield from pairs.sources

@@ -38,6 +38,7 @@ from xdistill.registry.store import (
     flatten,
     local_store_path,
     numeric_leaves,
+    promotion_lock,
     registry_root,
     resolve_tracking_uri,
 )
@@ -337,27 +338,40 @@ def _pip_requirements() -> list[str]:
     return [f"{name}=={version(name)}" for name in ("sentence-transformers", "transformers", "torch")]
 
 
-def unregister(registration: dict[str, str]) -> None:
-    """Delete what one :func:`register_run` created (:func:`read_registration` of ``metrics/register.json``).
+def unregister(registration: dict[str, str]) -> list[str]:
+    """Delete what one :func:`register_run` created (:func:`read_registration` of ``metrics/register.json``);
+    returns what could not be removed (empty: everything was).
 
     For orchestrators whose later step failed (e.g. the DVC experiment could not be saved):
-    a registered version must not outlive the run that produced it.
+    a registered version must not outlive the run that produced it. It holds the promotion lock, so no
+    promotion moves an alias onto the version meanwhile, and a version that holds one (promoted by hand
+    in between) stays: deleting it would delete the alias with it.
     """
-    client = client_for(resolve_tracking_uri(registration["tracking_uri"]))
-    _undo(client, registration["model_name"], registration["model_version"], registration["run_id"])
+    tracking_uri = resolve_tracking_uri(registration["tracking_uri"])
+    client = client_for(tracking_uri)
+    name, version = registration["model_name"], registration["model_version"]
+    with promotion_lock(tracking_uri):
+        aliases = list(client.get_model_version(name, version).aliases or [])
+        if aliases:
+            return [f"{name} version {version} holds {', '.join(aliases)} (promoted meanwhile): left in place"]
+        return _undo(client, name, version, registration["run_id"])
 
 
-def _undo(client: Any, model_name: str, version: str | None, run_id: str) -> None:
-    """Remove what a failed registration created: the model version, then the run."""
+def _undo(client: Any, model_name: str, version: str | None, run_id: str) -> list[str]:
+    """Remove what a failed registration created: the model version, then the run; what could not be."""
+    problems = []
     if version is not None:
         try:
             client.delete_model_version(model_name, version)
             log.warning("registration failed: deleted %s version %s again", model_name, version)
         except Exception as exc:  # keep the original error visible
-            log.error("could not delete %s version %s: %s", model_name, version, exc)
+            problems.append(f"could not delete {model_name} version {version}: {exc}")
     try:
         client.set_terminated(run_id, status="FAILED")
         client.delete_run(run_id)
     except Exception as exc:
-        log.error("could not mark run %s failed: %s", run_id, exc)
+        problems.append(f"could not mark run {run_id} failed: {exc}")
+    for problem in problems:
+        log.error("%s", problem)
+    return problems
 
