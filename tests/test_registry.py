@@ -341,6 +341,9 @@ def test_unregister_never_takes_a_version_that_holds_an_alias(tracking_uri: str)
     assert unregister({**registration, "model_version": v2, "run_id": run_id}) == []
     assert [str(v.version) for v in client.search_model_versions(f"name = '{MODEL_NAME}'")] == [v1]
     assert client.get_run(run_id).info.lifecycle_stage == "deleted"
+    # called while the flow handles another failure: a problem to report, never an exception over it
+    gone = unregister({**registration, "model_version": v2, "run_id": run_id})
+    assert len(gone) == 1 and gone[0].startswith(f"could not read {MODEL_NAME} version {v2}: ")
 
 
 def test_a_champion_set_by_hand_is_where_rollback_returns(tracking_uri: str) -> None:

@@ -51,7 +51,8 @@ def decontamination_key(text: str) -> str:
     for the student's tokenizer (XLM-R's normalises with NFKC and drops such marks)."""
     text = normalize_text(text)
     if not text.isascii():
-        text = unicodedata.normalize("NFKC", text.translate(_format_characters()))
-        text = text.replace("’", "'").replace("‘", "'").replace("´", "'")
+        # the apostrophes first: NFKC turns the acute accent (´) into a space and a combining mark
+        text = text.translate(_format_characters()).replace("’", "'").replace("‘", "'").replace("´", "'")
+        text = unicodedata.normalize("NFKC", text)
     text = text.casefold()
     return text.replace("`", "'").strip(_EDGE_MARKS)

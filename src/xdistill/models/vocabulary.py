@@ -233,14 +233,12 @@ def corpus_texts(parallel_files: Sequence[str | Path] = DEFAULT_PARALLEL_FILES,
     Tatoeba test set, which is staged for all its languages and filtered here to the languages of
     the parallel pairs).
     """
-    from xdistill.data.parallel_tsv import read_parallel_pairs
-
-    from xdistill.data.parallel_tsv import has_pairs
+    from xdistill.data.parallel_tsv import has_pairs, read_parallel_pairs
 
     languages: set[str] = set()
     for path in parallel_files:
-        if Path(path).name == DEFAULT_PARALLEL_FILES[2].name and not (Path(path).is_file() and has_pairs(path)):
-            continue  # no source sets dev_mining_block: the stage writes the file without pairs
+        if not has_pairs(path):
+            continue  # a header-only file adds no text (dev_mining.tsv.gz when no source sets dev_mining_block)
         pairs = read_parallel_pairs(path)
         languages.update(lang for lang in pairs.langs if lang)
         yield from pairs.sources

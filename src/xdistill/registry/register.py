@@ -351,7 +351,10 @@ def unregister(registration: dict[str, str]) -> list[str]:
     client = client_for(tracking_uri)
     name, version = registration["model_name"], registration["model_version"]
     with promotion_lock(tracking_uri):
-        aliases = list(client.get_model_version(name, version).aliases or [])
+        try:
+            aliases = list(client.get_model_version(name, version).aliases or [])
+        except Exception as exc:  # the caller is handling another failure: report, never raise over it
+            return [f"could not read {name} version {version}: {exc}"]
         if aliases:
             return [f"{name} version {version} holds {', '.join(aliases)} (promoted meanwhile): left in place"]
         return _undo(client, name, version, registration["run_id"])

@@ -116,11 +116,9 @@ def build_objective(loss: dict[str, Any], student_dim: int, teacher_dim: int) ->
     return DistillationObjective(loss, student_dim=student_dim, teacher_dim=teacher_dim)
 
 
-def _mining_blocks_file(dev_mining_file: str | Path | None) -> list[str | Path]:
-    """The dev mining blocks as a text source of a trimmed vocabulary (validation tokenises them): [] without."""
-    from xdistill.data.parallel_tsv import has_pairs
-
-    return [dev_mining_file] if dev_mining_file and Path(dev_mining_file).is_file() and has_pairs(dev_mining_file) else []
+def _existing(path: str | Path | None) -> list[str | Path]:
+    """``[path]`` when that file exists, else ``[]`` (the dev mining blocks are optional)."""
+    return [path] if path and Path(path).is_file() else []
 
 
 def check_in_batch_slice(params: TrainParams, world_size: int) -> None:
@@ -278,8 +276,7 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
     student_config = StudentConfig.from_params(student_spec, params.student, params.max_seq_length)
     ckpt.seed_everything(params.seed)
     student = build_student(student_config, device=ctx.device, seed=params.seed, teacher_dim=store.dimension,
-                            parallel_files=(train_file, dev_file, *_mining_blocks_file(dev_mining_file)),
-                            raw_dir=raw_dir)
+                            parallel_files=(train_file, dev_file, *_existing(dev_mining_file)), raw_dir=raw_dir)
     if params.interpolation and params.interpolation_from == "base":
         from xdistill.training.interpolation import check_identity_head
 
