@@ -51,8 +51,9 @@ def decontamination_key(text: str) -> str:
     for the student's tokenizer (XLM-R's normalises with NFKC and drops such marks)."""
     text = normalize_text(text)
     if not text.isascii():
-        # the apostrophes first: NFKC turns the acute accent (´) into a space and a combining mark
-        text = text.translate(_format_characters()).replace("’", "'").replace("‘", "'").replace("´", "'")
-        text = unicodedata.normalize("NFKC", text)
+        if not text.isprintable():  # format characters are not printable: translate (8 us a line) only then
+            text = text.translate(_format_characters())
+        # the apostrophes before NFKC, which turns the acute accent (´) into a space and a combining mark
+        text = unicodedata.normalize("NFKC", text.replace("’", "'").replace("‘", "'").replace("´", "'"))
     text = text.casefold()
     return text.replace("`", "'").strip(_EDGE_MARKS)
