@@ -9,7 +9,6 @@ This module is the one place that writes (:func:`write_parallel_tsv`) and reads
 
 from __future__ import annotations
 
-import csv
 import gzip
 import io
 from collections.abc import Iterable, Sequence
@@ -21,9 +20,6 @@ from xdistill.errors import InputFileError
 from xdistill.io import atomic_path
 
 HEADER = ("source", "translation", "lang", "corpus")
-# csv's default per-cell limit (131,072 characters) would refuse a long line the parallel stage wrote
-# (cleaning.max_chars: null); the file's own size is the only bound then
-MAX_CELL_CHARS = 2**31 - 1
 
 
 @dataclass
@@ -88,12 +84,14 @@ def read_parallel_pairs(path: str | Path) -> ParallelPairs:
     langs: list[str] = []
     try:
         with _open_text(path) as handle:
-            csv.field_size_limit(max(csv.field_size_limit(), MAX_CELL_CHARS))
-            reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
-            header = next(reader, None)
+            # split by hand, not with csv: no cell holds a tab or a line break (normalize_text), and csv's
+            # per-cell limit (131,072 characters; raising it is process-wide) would refuse a long line the
+            # parallel stage wrote with cleaning.max_chars: null
+            rows = (line.rstrip("\r\n").split("\t") for line in handle)
+            header = next(rows, None)
             if header is None or tuple(header) != HEADER:
                 raise InputFileError(path, f"expected a header {'<TAB>'.join(HEADER)!r}, found {header}", 1)
-            for line_no, row in enumerate(reader, start=2):
+            for line_no, row in enumerate(rows, start=2):
                 if len(row) != len(HEADER) or not row[0].strip() or not row[1].strip():
                     raise InputFileError(
                         path, f"expected a non-empty source and translation ({len(HEADER)} columns), got {row!r}",
@@ -101,8 +99,6 @@ def read_parallel_pairs(path: str | Path) -> ParallelPairs:
                 sources.append(row[0])
                 translations.append(row[1])
                 langs.append(row[2])
-    except csv.Error as exc:
-        raise InputFileError(path, f"unreadable parallel data: {exc}", reader.line_num) from exc
     except (OSError, EOFError, UnicodeDecodeError, gzip.BadGzipFile) as exc:
         raise InputFileError(path, f"unreadable parallel data: {exc}") from exc
     if not sources:
