@@ -50,9 +50,8 @@ log = logging.getLogger(__name__)
 
 VOCABULARY_OPTIONS = ("corpus",)
 # The pipeline's files behind ``vocabulary: corpus`` (relative to the project root, as in dvc.yaml).
-# every parallel text the trainer tokenises: training pairs, dev pairs and the dev mining blocks it validates on
-DEFAULT_PARALLEL_FILES = (Path("data/parallel/train.tsv.gz"), Path("data/parallel/dev.tsv.gz"),
-                          Path("data/parallel/dev_mining.tsv.gz"))
+# the trainer adds the dev mining blocks it validates on when its run has them (trainer._existing)
+DEFAULT_PARALLEL_FILES = (Path("data/parallel/train.tsv.gz"), Path("data/parallel/dev.tsv.gz"))
 DEFAULT_RAW_DIR = Path("data/raw")
 METASPACE = "\u2581"
 _BATCH = 4096
