@@ -277,18 +277,15 @@ def check_stage_params(params: dict[str, Any], params_file: Path) -> None:
     from xdistill.evaluation.suite import EvaluationSettings
     from xdistill.registry.promotion import PromoteConfig
     from xdistill.registry.register import RegisterConfig
-    from xdistill.training.losses import LossConfig
     from xdistill.training.settings import RuntimeSettings, TrainParams
     from xdistill.training.student import StudentConfig
-    from xdistill.training.trainer import check_in_batch_slice
 
     try:
         if "train" in params:
             train = TrainParams.from_params(params["train"])
-            LossConfig.from_mapping(train.loss)
             StudentConfig.from_params(str((params.get("models") or {}).get("student", "")), train.student,
                                       train.max_seq_length)
-            check_in_batch_slice(train, world_size=1)
+            train.check_world_size(1)
         if "evaluate" in params:
             EvaluationSettings.from_params(params["evaluate"], params.get("languages") or [])
         RuntimeSettings.from_params(params.get("runtime"))

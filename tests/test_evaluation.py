@@ -31,7 +31,7 @@ from xdistill.evaluation.sts import (
     scored_line_count,
 )
 from xdistill.evaluation.suite import EvaluationSettings, project_2d
-from xdistill.evaluation.tatoeba import available_codes, read_tatoeba_pairs, tatoeba_code, tatoeba_pairs, tatoeba_scores
+from xdistill.evaluation.tatoeba import available_codes, read_tatoeba_pairs, tatoeba_code, tatoeba_scores
 
 
 def unit(*values: float) -> np.ndarray:
@@ -232,7 +232,7 @@ def test_empty_tatoeba_files_are_named(tmp_path: Path):
     (tmp_path / "tatoeba.deu-eng.deu").write_text("", encoding="utf-8")
     (tmp_path / "tatoeba.deu-eng.eng").write_text("", encoding="utf-8")
     with pytest.raises(InputFileError, match=r"tatoeba.deu-eng.deu: no sentences \(nor in tatoeba.deu-eng.eng\)"):
-        tatoeba_pairs(tmp_path, "deu")
+        read_tatoeba_pairs(tmp_path, "deu")
 
 
 # ------------------------------------------------------------------ language bias

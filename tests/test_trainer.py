@@ -259,17 +259,16 @@ def test_params_are_validated() -> None:
 def test_in_batch_losses_over_slices_of_one_pair_are_refused() -> None:
     """Each process ranks its own slice of a micro-batch: one pair has no other to rank against."""
     from xdistill.training.losses import additive_margin_softmax_loss
-    from xdistill.training.trainer import check_in_batch_slice
 
     one = torch.nn.functional.normalize(torch.randn(1, 8), dim=-1)
     assert additive_margin_softmax_loss(one, one.flip(1), margin=0.3, scale=20.0).item() == 0.0  # the no-op
     ams = {"mse": 1.0, "additive_margin_softmax": 0.1}
     with pytest.raises(XdistillError, match=r"additive_margin_softmax compare .* a slice holds 1 pair"):
-        check_in_batch_slice(TrainParams.from_params({"batch_size": 4, "grad_accumulation": 4, "loss": ams}), 1)
+        TrainParams.from_params({"batch_size": 4, "grad_accumulation": 4, "loss": ams}).check_world_size(1)
     with pytest.raises(XdistillError, match="2 processes"):
-        check_in_batch_slice(TrainParams.from_params({"batch_size": 4, "grad_accumulation": 2, "loss": ams}), 2)
-    check_in_batch_slice(TrainParams.from_params({"batch_size": 4, "grad_accumulation": 2, "loss": ams}), 1)
-    check_in_batch_slice(TrainParams.from_params({"batch_size": 4, "grad_accumulation": 4, "loss": {"mse": 1.0}}), 1)
+        TrainParams.from_params({"batch_size": 4, "grad_accumulation": 2, "loss": ams}).check_world_size(2)
+    TrainParams.from_params({"batch_size": 4, "grad_accumulation": 2, "loss": ams}).check_world_size(1)
+    TrainParams.from_params({"batch_size": 4, "grad_accumulation": 4, "loss": {"mse": 1.0}}).check_world_size(1)
 
 
 def test_checkpoint_of_other_settings_is_ignored(tmp_path: Path) -> None:

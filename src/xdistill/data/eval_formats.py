@@ -179,12 +179,15 @@ def read_sentence_lines(path: Path) -> list[str]:
 
 
 def read_tatoeba_pairs(tatoeba_dir: str | Path, code: str, max_pairs: int | None = None) -> tuple[list[str], list[str]]:
-    """The ``(xx sentences, English sentences)`` of one language, line-aligned, the first ``max_pairs``."""
+    """The ``(xx sentences, English sentences)`` of one language, line-aligned, the first ``max_pairs``;
+    empty files are refused."""
     xx_path, en_path = tatoeba_paths(tatoeba_dir, code)
     xx_lines = read_sentence_lines(xx_path)
     en_lines = read_sentence_lines(en_path)
     if len(xx_lines) != len(en_lines):
         raise InputFileError(xx_path, f"{len(xx_lines)} lines, but {en_path.name} has {len(en_lines)}")
+    if not xx_lines:  # here, where the files are known: retrieval accuracy would refuse zero pairs unnamed
+        raise InputFileError(xx_path, f"no sentences (nor in {en_path.name}): nothing to score")
     if max_pairs is not None:
         xx_lines, en_lines = xx_lines[:max_pairs], en_lines[:max_pairs]
     return xx_lines, en_lines

@@ -28,7 +28,7 @@ from xdistill.evaluation.dev import dev_pairs_by_language, evaluate_dev
 from xdistill.evaluation.encoding import CachedEncoder
 from xdistill.evaluation.metrics import mean_or_nan, paired_cosine, spearman_x100
 from xdistill.evaluation.sts import STS17_OUTSIDE_AVERAGE, STSSet, build_stsb_sets, is_monolingual_track, load_sts17
-from xdistill.evaluation.tatoeba import available_codes, evaluate_tatoeba, tatoeba_code, tatoeba_pairs, tatoeba_scores
+from xdistill.evaluation.tatoeba import available_codes, evaluate_tatoeba, read_tatoeba_pairs, tatoeba_code, tatoeba_scores
 
 logger = logging.getLogger(__name__)
 
@@ -264,7 +264,7 @@ class TeacherSpaceEvaluator(Evaluator):
         folder = context.inputs.eval_dir / "tatoeba-laser"
         results = {}
         for code in configured:
-            xx, en = tatoeba_pairs(folder, code, context.settings.tatoeba_max_pairs)
+            xx, en = read_tatoeba_pairs(folder, code, context.settings.tatoeba_max_pairs)
             results[code] = _retrieval_in_teacher_space(model, teacher, xx, en)
         return results
 

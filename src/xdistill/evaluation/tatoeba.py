@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from xdistill.data.eval_formats import read_tatoeba_pairs, tatoeba_paths
+from xdistill.data.eval_formats import read_tatoeba_pairs
 from xdistill.data.languages import placeholders
-from xdistill.errors import InputFileError, XdistillError
+from xdistill.errors import XdistillError
 from xdistill.mining.knn import retrieval_accuracy
 
 logger = logging.getLogger(__name__)
@@ -42,18 +42,6 @@ def available_codes(tatoeba_dir: str | Path) -> list[str]:
     return sorted(m.group(1) for p in folder.iterdir() if (m := _FILE_PATTERN.match(p.name)))
 
 
-def tatoeba_pairs(tatoeba_dir: str | Path, code: str, max_pairs: int | None = None) -> tuple[list[str], list[str]]:
-    """The pairs of one language to score (:func:`read_tatoeba_pairs`), refusing empty files.
-
-    Checked here, where the files are known: retrieval accuracy would refuse zero pairs without naming them.
-    """
-    xx_lines, en_lines = read_tatoeba_pairs(tatoeba_dir, code, max_pairs)
-    if not xx_lines:  # both files have the same number of lines (checked by the reader)
-        xx_path, en_path = tatoeba_paths(tatoeba_dir, code)
-        raise InputFileError(xx_path, f"no sentences (nor in {en_path.name}): nothing to score")
-    return xx_lines, en_lines
-
-
 def tatoeba_scores(xx_embeddings: np.ndarray, en_embeddings: np.ndarray) -> dict[str, float]:
     """Accuracy x 100 in both directions and their average, for aligned embedding rows."""
     xx_to_en, en_to_xx = retrieval_accuracy(xx_embeddings, en_embeddings)
@@ -67,7 +55,7 @@ def evaluate_tatoeba(
     """Tatoeba accuracy per language code: ``{code: {xx2en, en2xx, average, n}}`` (accuracies x 100)."""
     results = {}
     for code in codes:
-        xx_lines, en_lines = tatoeba_pairs(tatoeba_dir, code, max_pairs)
+        xx_lines, en_lines = read_tatoeba_pairs(tatoeba_dir, code, max_pairs)
         scores = tatoeba_scores(encoder.encode(xx_lines, batch_size=batch_size),
                                 encoder.encode(en_lines, batch_size=batch_size))
         results[code] = {**scores, "n": len(xx_lines)}

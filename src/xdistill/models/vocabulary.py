@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 VOCABULARY_OPTIONS = ("corpus",)
 # The pipeline's files behind ``vocabulary: corpus`` (relative to the project root, as in dvc.yaml).
-# the trainer adds the dev mining blocks it validates on when its run has them (trainer._existing)
+# the trainer adds the dev mining blocks it validates on when its run has them
 DEFAULT_PARALLEL_FILES = (Path("data/parallel/train.tsv.gz"), Path("data/parallel/dev.tsv.gz"))
 DEFAULT_RAW_DIR = Path("data/raw")
 METASPACE = "\u2581"

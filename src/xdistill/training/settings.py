@@ -14,6 +14,7 @@ from typing import Any
 
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
+from xdistill.training.losses import LossConfig
 from xdistill.training.validation import DEV_MINING_THRESHOLDS, SELECTION_METRICS, DevScoreWeights
 
 
@@ -75,6 +76,7 @@ class TrainParams:
                 f"params train: batch_size {self.batch_size} is not a multiple of grad_accumulation "
                 f"{self.grad_accumulation}"
             )
+        LossConfig.from_mapping(self.loss)  # the weights too, before the data and the model are loaded
         if self.selection_metric not in SELECTION_METRICS:
             raise XdistillError(f"params train.selection_metric must be one of {sorted(SELECTION_METRICS)}")
         if not 0.0 <= self.warmup_ratio < 1.0:
@@ -123,6 +125,23 @@ class TrainParams:
     def micro_batch(self) -> int:
         """Pairs per forward pass, summed over all processes."""
         return self.batch_size // self.grad_accumulation
+
+    def check_world_size(self, world_size: int) -> None:
+        """Refuse a micro-batch ``world_size`` processes cannot share: one that does not split evenly, or in-batch
+        losses over slices of one pair. Each process computes its losses on its own slice of each micro-batch
+        (``batch_size / grad_accumulation / processes`` pairs): with one pair there is no other pair to rank
+        against, and the ranking and logit losses are exactly 0 (a silent no-op)."""
+        if self.micro_batch % world_size:
+            raise XdistillError(f"params train: a micro-batch of {self.micro_batch} pairs does not split evenly over "
+                                f"{world_size} processes")
+        in_batch = LossConfig.from_mapping(self.loss).in_batch
+        slice_pairs = self.micro_batch // world_size
+        if in_batch and slice_pairs < 2:
+            raise XdistillError(
+                f"params train: {', '.join(in_batch)} compare each pair with the other pairs of its slice, but a "
+                f"slice holds {slice_pairs} pair (batch_size {self.batch_size} / grad_accumulation "
+                f"{self.grad_accumulation} / {world_size} processes): raise batch_size or lower grad_accumulation"
+            )
 
 
 @dataclass(frozen=True)

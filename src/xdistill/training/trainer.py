@@ -116,27 +116,6 @@ def build_objective(loss: dict[str, Any], student_dim: int, teacher_dim: int) ->
     return DistillationObjective(loss, student_dim=student_dim, teacher_dim=teacher_dim)
 
 
-def _existing(path: str | Path | None) -> list[str | Path]:
-    """``[path]`` when that file exists, else ``[]`` (the dev mining blocks are optional)."""
-    return [path] if path and Path(path).is_file() else []
-
-
-def check_in_batch_slice(params: TrainParams, world_size: int) -> None:
-    """Refuse in-batch losses over slices of one pair. Each process computes its losses on its own slice of
-    each micro-batch (``batch_size / grad_accumulation / processes`` pairs): with one pair there is no
-    other pair to rank against, and the ranking and logit losses are exactly 0 (a silent no-op)."""
-    from xdistill.training.losses import LossConfig
-
-    in_batch = LossConfig.from_mapping(params.loss).in_batch
-    slice_pairs = params.micro_batch // world_size
-    if in_batch and slice_pairs < 2:
-        raise XdistillError(
-            f"params train: {', '.join(in_batch)} compare each pair with the other pairs of its slice, but a slice "
-            f"holds {slice_pairs} pair (batch_size {params.batch_size} / grad_accumulation "
-            f"{params.grad_accumulation} / {world_size} processes): raise batch_size or lower grad_accumulation"
-        )
-
-
 def make_optimizer(module: nn.Module, params: TrainParams) -> torch.optim.AdamW:
     """AdamW over trainable weights; biases and LayerNorm weights get no weight decay."""
     decay, no_decay = [], []
@@ -253,12 +232,9 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
 
     if runtime.threads:
         torch.set_num_threads(runtime.threads)
-    if params.micro_batch % ctx.world_size:
-        raise XdistillError(
-            f"params train: a micro-batch of {params.micro_batch} pairs does not split evenly over "
-            f"{ctx.world_size} processes"
-        )
-    check_in_batch_slice(params, ctx.world_size)
+    params.check_world_size(ctx.world_size)
+    # the dev mining blocks are optional: the file when this run has one (validation warns when it is missing)
+    dev_mining = Path(dev_mining_file) if dev_mining_file and Path(dev_mining_file).is_file() else None
     if ctx.device.type == "cpu" and params.autocast_bf16 in ("auto", "always"):
         native = cpu_has_native_bf16()
         if params.autocast_bf16 == "auto":
@@ -276,7 +252,8 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
     student_config = StudentConfig.from_params(student_spec, params.student, params.max_seq_length)
     ckpt.seed_everything(params.seed)
     student = build_student(student_config, device=ctx.device, seed=params.seed, teacher_dim=store.dimension,
-                            parallel_files=(train_file, dev_file, *_existing(dev_mining_file)), raw_dir=raw_dir)
+                            parallel_files=(train_file, dev_file, *([dev_mining] if dev_mining else [])),
+                            raw_dir=raw_dir)
     if params.interpolation and params.interpolation_from == "base":
         from xdistill.training.interpolation import check_identity_head
 
@@ -295,7 +272,7 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
         "train": ckpt.file_digest(train_file),
         "dev": ckpt.file_digest(dev_file),
         "dev_sts": [sts_dev_digests(dev_sts_dir, sts_languages), sts_languages],
-        "dev_mining": ckpt.file_digest(dev_mining_file) if dev_mining_file and Path(dev_mining_file).is_file() else None,
+        "dev_mining": ckpt.file_digest(dev_mining) if dev_mining else None,
         "world_size": ctx.world_size,
         # the same settings train other weights on a GPU or in bf16: such a last.pt is no result of this run
         "device": ctx.device.type,
