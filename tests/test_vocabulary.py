@@ -12,6 +12,7 @@ from tests.lightweight_helpers import tatoeba_pairs, tiny_e5_student, write_para
 from tests.trainer_helpers import minilm_folder
 from xdistill.errors import XdistillError
 from xdistill.models.vocabulary import (
+    DEFAULT_PARALLEL_FILES,
     backend_tokenizer,
     corpus_texts,
     tokenisation_agreement,
@@ -148,12 +149,16 @@ def test_corpus_option_without_parallel_files_names_the_missing_file(tmp_path: P
 def test_a_trimmed_vocabulary_keeps_the_dev_mining_blocks_validation_tokenises(tmp_path: Path,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The trainer scores the held-out news blocks with the trimmed tokenizer: their names must keep their
-    pieces. A header-only blocks file (no source sets dev_mining_block) adds nothing and is no error."""
+    pieces, so it trims over the blocks file too when its run has one (the defaults are the train and dev
+    pairs every run has). A header-only blocks file (no source sets dev_mining_block) adds nothing and is no
+    error."""
     monkeypatch.chdir(tmp_path)
     folder = Path("data/parallel")
     write_parallel(folder / "train.tsv.gz", {"de": [("A cat.", "Eine Katze.")]})
     write_parallel(folder / "dev.tsv.gz", {"de": [("A dog.", "Ein Hund.")]})
     write_parallel(folder / "dev_mining.tsv.gz", {"de": [("Zyxwvutsrq spoke.", "Zyxwvutsrq sprach.")]})
-    assert "Zyxwvutsrq sprach." in set(corpus_texts(raw_dir=None))
+    trainer_files = (*DEFAULT_PARALLEL_FILES, folder / "dev_mining.tsv.gz")  # what the trainer passes then
+    assert "Zyxwvutsrq sprach." in set(corpus_texts(trainer_files, raw_dir=None))
+    assert "Zyxwvutsrq sprach." not in set(corpus_texts(raw_dir=None))
     write_parallel(folder / "dev_mining.tsv.gz", {})
-    assert set(corpus_texts(raw_dir=None)) == {"A cat.", "Eine Katze.", "A dog.", "Ein Hund."}
+    assert set(corpus_texts(trainer_files, raw_dir=None)) == {"A cat.", "Eine Katze.", "A dog.", "Ein Hund."}
