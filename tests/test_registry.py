@@ -631,13 +631,18 @@ def test_promotion_through_a_tracking_server(tmp_path: Path, monkeypatch: pytest
             except OSError:
                 assert time.monotonic() < deadline and server.poll() is None, "mlflow server did not start"
                 time.sleep(1)
-        monkeypatch.setenv("XDISTILL_REGISTRY_ROOT", str(tmp_path))  # where the lock of a remote store goes
+        monkeypatch.setenv("XDISTILL_CACHE_DIR", str(tmp_path / "cache"))  # where the lock of a remote store goes
         v1 = cheap_version(uri, 0.50, {"de": 0.50})
         v2 = cheap_version(uri, 0.40, {"de": 0.40})
         assert promote(MODEL_NAME, v1, tracking_uri=uri, config=GATE).decision == "promoted"
         assert promote(MODEL_NAME, v2, tracking_uri=uri, config=GATE).decision == "refused"
         assert _alias(uri) == v1 and _tags(uri, v2)[DECISION_TAG] == "refused"
-        assert promotion_lock_path(uri) == tmp_path / ".xdistill-promote.lock"
+        lock = promotion_lock_path(uri)  # one per server, wherever a promoter runs
+        assert lock.parent == tmp_path / "cache" / "locks" and lock.name.startswith("127.0.0.1_")
+        assert lock.is_file() and promotion_lock_path(uri + "/") == lock
+        monkeypatch.chdir(tmp_path / "cache")
+        assert promotion_lock_path(uri) == lock
+        assert promotion_lock_path("http://127.0.0.1:1/") != lock
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)

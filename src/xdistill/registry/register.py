@@ -338,19 +338,20 @@ def _pip_requirements() -> list[str]:
     return [f"{name}=={version(name)}" for name in ("sentence-transformers", "transformers", "torch")]
 
 
-def unregister(registration: dict[str, str]) -> list[str]:
+def unregister(registration: dict[str, str], lock_file: str | None = None) -> list[str]:
     """Delete what one :func:`register_run` created (:func:`read_registration` of ``metrics/register.json``);
     returns what could not be removed (empty: everything was).
 
     For orchestrators whose later step failed (e.g. the DVC experiment could not be saved):
     a registered version must not outlive the run that produced it. It holds the promotion lock, so no
     promotion moves an alias onto the version meanwhile, and a version that holds one (promoted by hand
-    in between) stays: deleting it would delete the alias with it.
+    in between) stays: deleting it would delete the alias with it. ``lock_file``: the promotions'
+    ``promote.lock_file`` (:func:`~xdistill.registry.store.project_promote_section`), when set.
     """
     tracking_uri = resolve_tracking_uri(registration["tracking_uri"])
     client = client_for(tracking_uri)
     name, version = registration["model_name"], registration["model_version"]
-    with promotion_lock(tracking_uri):
+    with promotion_lock(tracking_uri, lock_file):
         try:
             aliases = list(client.get_model_version(name, version).aliases or [])
         except Exception as exc:  # the caller is handling another failure: report, never raise over it

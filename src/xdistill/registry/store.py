@@ -10,6 +10,7 @@ store of the user's checkout. Server URIs (``http://...``) are used as given.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import math
 import os
@@ -94,11 +95,12 @@ def client_for(tracking_uri: str) -> MlflowClient:
 def promotion_lock_path(tracking_uri: str, lock_file: str | None = None) -> Path:
     """The lock file that serialises promotions and rollbacks on one store.
 
-    Local stores: in the store's artifact folder next to the database
-    (``mlartifacts/.mlflow.db.promote.lock``: already git-ignored with the artifacts, and every
-    process using the store derives the same path). Remote servers: ``lock_file``
-    (relative to the registry root; default ``.xdistill-promote.lock``). Promoters on several
-    hosts sharing one server must point ``promote.lock_file`` at a shared file system.
+    ``lock_file`` when given (relative to the registry root). Else, a local store: in its artifact
+    folder next to the database (``mlartifacts/.mlflow.db.promote.lock``: already git-ignored with the
+    artifacts); a remote server: a lock named after its URI in the xdistill cache
+    (``locks/<host>_<port>-<digest>.promote.lock``). Either way every process using the store on this
+    host derives the same path, whatever folder it runs in (a flow's worker, a promoter's shell).
+    Promoters on several hosts sharing one server must point ``promote.lock_file`` at a shared file system.
     """
     if lock_file:
         path = Path(lock_file)
@@ -107,7 +109,11 @@ def promotion_lock_path(tracking_uri: str, lock_file: str | None = None) -> Path
     if store is not None:
         folder = store.parent if tracking_uri.startswith("sqlite:") else store
         return folder / LOCAL_ARTIFACTS_DIR / f".{store.name}.promote.lock"
-    return registry_root() / ".xdistill-promote.lock"
+    from xdistill.models.cache import cache_root
+
+    server = tracking_uri.rstrip("/")
+    readable = re.sub(r"[^A-Za-z0-9.-]+", "_", urlparse(server).netloc or "server")
+    return cache_root() / "locks" / f"{readable}-{hashlib.sha256(server.encode()).hexdigest()[:12]}.promote.lock"
 
 
 def project_promote_section(section: Mapping[str, Any] | None, project: str | Path) -> dict[str, Any]:
