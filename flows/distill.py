@@ -357,10 +357,24 @@ def experiment_name(requested: str | None) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or "prefect-run"
 
 
+def experiment_refs(root: Path) -> dict[str, str]:
+    """``{ref: commit}`` of the DVC experiments stored in the project (``refs/exps/<baseline>/<name>``)."""
+    lines = run_checked(["git", "for-each-ref", "--format=%(refname) %(objectname)", "refs/exps"], root)
+    return dict(line.split(" ", 1) for line in lines.splitlines() if line.count("/") >= 4)
+
+
 def existing_experiments(root: Path) -> set[str]:
-    """Names of the DVC experiments stored in the project (refs/exps/<baseline>/<name>)."""
-    refs = run_checked(["git", "for-each-ref", "--format=%(refname)", "refs/exps"], root)
-    return {ref.rsplit("/", 1)[-1] for ref in refs.splitlines() if ref.count("/") >= 4}
+    """Names of the DVC experiments stored in the project."""
+    return {ref.rsplit("/", 1)[-1] for ref in experiment_refs(root)}
+
+
+def retry_unless_refused(task: Any, task_run: Any, state: Any) -> bool:
+    """A task's retry condition: retry a tool that failed (a git or DVC lock a concurrent run held, a disk freed
+    meanwhile), never a refusal (ValueError, XdistillError: an existing workspace, a taken experiment name,
+    a bad setting), which would only fail the same way again, seconds later."""
+    from xdistill.errors import XdistillError
+
+    return not isinstance(getattr(state, "data", None), ValueError | XdistillError)
 
 
 def _split_output(stream: Any) -> Iterator[tuple[str, bool]]:
@@ -483,7 +497,8 @@ def mlflow_run_url(registration: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-@task(retries=2, retry_delay_seconds=5, task_run_name="prepare-workspace")
+@task(retries=2, retry_delay_seconds=5, retry_condition_fn=retry_unless_refused,
+      task_run_name="prepare-workspace")
 def prepare_workspace(root: str, name: str, workspace_parent: str | None = None) -> str:
     """Clone the project's last commit into a private workspace sharing the project's DVC cache."""
     project = Path(root)
@@ -631,19 +646,32 @@ def follow_stage(dvc_run: DvcRun, stage: str, progress: PipelineProgress) -> dic
     return {"ran": not skipped, "seconds": round(seconds, 1)}
 
 
-@task(retries=2, retry_delay_seconds=5, task_run_name="push-experiment")
+@task(retries=2, retry_delay_seconds=5, retry_condition_fn=retry_unless_refused,
+      task_run_name="push-experiment")
 def push_experiment(workspace: str, root: str, name: str) -> str:
-    """``dvc exp push <project> <name>``: the experiment's git ref into the project (the cache is shared)."""
+    """``dvc exp push <project> <name>``: the experiment's git ref into the project (the cache is shared).
+
+    Never over another experiment of that name (pushed by a concurrent run since this one checked the name);
+    a retry after a push that went through finds its own ref there and pushes nothing."""
     ws = Path(workspace)
-    run_checked(dvc_cmd("exp", "push", "--force", "--no-cache", root, name), ws)
     baseline = run_checked(["git", "rev-parse", "HEAD"], ws)
-    rev = run_checked(["git", "rev-parse", f"refs/exps/{baseline[:2]}/{baseline[2:]}/{name}"], Path(root))
+    ref = f"refs/exps/{baseline[:2]}/{baseline[2:]}/{name}"
+    ours = run_checked(["git", "rev-parse", ref], ws)
+    there = {other: rev for other, rev in experiment_refs(Path(root)).items() if other.rsplit("/", 1)[-1] == name}
+    if not there:
+        run_checked(dvc_cmd("exp", "push", "--no-cache", root, name), ws)
+    elif there != {ref: ours}:
+        raise ValueError(f"DVC experiment '{name}' appeared in {root} while this run trained (another run of that "
+                         "name) and is not overwritten: run again under another experiment name (resume_from this "
+                         "run's workspace reuses its training)")
+    rev = run_checked(["git", "rev-parse", ref], Path(root))
     get_run_logger().info("DVC experiment '%s' (%s) saved in %s: `dvc exp show` lists it, `dvc exp apply %s` "
                           "restores it", name, rev[:7], root, name)
     return rev
 
 
-@task(retries=2, retry_delay_seconds=5, task_run_name="record-mlflow-run")
+@task(retries=2, retry_delay_seconds=5, retry_condition_fn=retry_unless_refused,
+      task_run_name="record-mlflow-run")
 def record_mlflow_run(workspace: str, project: str, exp_name: str, exp_rev: str) -> dict[str, Any]:
     """Link the MLflow run on the Prefect run, and the DVC experiment and Prefect run on the MLflow run."""
     from xdistill.registry.store import client_for
@@ -679,7 +707,8 @@ def _run_markdown(registration: dict[str, Any], url: str, exp_name: str, exp_rev
     ])
 
 
-@task(retries=2, retry_delay_seconds=5, task_run_name="promote-{model_name}-v{version}")
+@task(retries=2, retry_delay_seconds=5, retry_condition_fn=retry_unless_refused,
+      task_run_name="promote-{model_name}-v{version}")
 def promote_task(model_name: str, version: str, tracking_uri: str, promote_params: dict[str, Any]) -> dict[str, Any]:
     """The promotion gate (xdistill.registry.promotion.promote) for the run's new version."""
     from xdistill.registry.promotion import PromoteConfig, promote
@@ -777,7 +806,9 @@ def distill(
         log.info("distill run done: %s", json.dumps(result))
         return result
     except BaseException as exc:
-        left = _unregister_unsaved(Path(workspace), root, committed_registration) if started and not saved else []
+        left = (_unregister_unsaved(Path(workspace), root, committed_registration,
+                                    project_promote_section(params.get("promote"), root).get("lock_file"))
+                if started and not saved else [])
         if isinstance(exc, Exception):
             create_markdown_artifact(key="distill-failure", markdown=_failure_markdown(exc, saved, left),
                                      description=f"why {name} failed")
@@ -856,16 +887,18 @@ def _registration(workspace: Path, project: Path) -> dict[str, Any] | None:
     return read_registration(register_file, project=project) if register_file.is_file() else None
 
 
-def _unregister_unsaved(workspace: Path, project: Path, committed: dict[str, Any] | None) -> list[str]:
-    """The register stage ran in this run but the experiment was never saved: take the version back out;
-    what could not be removed (empty: nothing was left)."""
+def _unregister_unsaved(workspace: Path, project: Path, committed: dict[str, Any] | None,
+                        lock_file: str | None = None) -> list[str]:
+    """The register stage ran in this run but the experiment was never saved: take the version back out,
+    under the promotions' lock (``lock_file``: the project's ``promote.lock_file``, when set); what could not
+    be removed (empty: nothing was left)."""
     registration = _registration(workspace, project)
     if registration is None or registration == committed:
         return []  # nothing registered by this run (a committed register.json is another run's)
     from xdistill.registry.register import unregister
 
     log = get_run_logger()
-    if problems := unregister(registration):
+    if problems := unregister(registration, lock_file):
         log.error("run failed after registration: %s", "; ".join(problems))
     else:
         log.warning("run failed after registration: removed %s version %s",

@@ -274,6 +274,47 @@ def test_a_left_over_workspace_is_never_deleted(tmp_path: Path) -> None:
     assert (killed / "last.pt").read_bytes() == b"hours of training"
 
 
+def test_refusals_are_not_retried_but_tool_failures_are() -> None:
+    from prefect.states import Failed
+
+    from xdistill.errors import InputFileError
+
+    for refusal in (ValueError("workspace exists"), InputFileError("params.yaml", "bad")):
+        assert not distill_flows.retry_unless_refused(None, None, Failed(data=refusal))
+    assert distill_flows.retry_unless_refused(None, None, Failed(data=RuntimeError("git: index.lock exists")))
+    for task in (distill_flows.prepare_workspace, distill_flows.push_experiment, distill_flows.record_mlflow_run,
+                 distill_flows.promote_task):
+        assert task.retries == 2 and task.retry_condition_fn is distill_flows.retry_unless_refused
+
+
+def test_an_experiment_is_never_pushed_over_another_of_its_name(tmp_path: Path) -> None:
+    """No `dvc exp push --force`: a concurrent run's experiment of the same name stays; a retry after a push
+    that went through finds its own ref and pushes nothing."""
+    root, workspace = tmp_path / "p", tmp_path / "ws"
+    root.mkdir()
+    run(["git", "init", "-q"], root)
+    (root / "a.txt").write_text("a", encoding="utf-8")
+    run(["git", "add", "a.txt"], root)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"], root)
+    run(["git", "clone", "-q", str(root), str(workspace)], tmp_path)
+    baseline = run(["git", "rev-parse", "HEAD"], workspace).stdout.strip()
+    ref = f"refs/exps/{baseline[:2]}/{baseline[2:]}/exp-a"
+    run(["git", "update-ref", ref, baseline], workspace)  # what `dvc exp run` leaves in the workspace
+    run(["git", "update-ref", ref, baseline], root)  # pushed already (the first attempt went through)
+    from prefect.logging import disable_run_logger
+
+    with disable_run_logger():
+        assert distill_flows.push_experiment.fn(str(workspace), str(root), "exp-a") == baseline
+    (root / "a.txt").write_text("b", encoding="utf-8")
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "b"], root)
+    other = run(["git", "rev-parse", "HEAD"], root).stdout.strip()
+    run(["git", "update-ref", ref, other], root)  # another run's experiment of that name
+    with pytest.raises(ValueError, match="'exp-a' appeared in .* not overwritten"):
+        distill_flows.push_experiment.fn(str(workspace), str(root), "exp-a")
+    assert run(["git", "rev-parse", ref], root).stdout.strip() == other
+    assert distill_flows.existing_experiments(root) == {"exp-a"}
+
+
 def test_a_sweep_with_an_unknown_parameter_is_refused_before_any_member_runs() -> None:
     distill_flows.check_members([{"train_steps": 100}, {"experiment": "b", "languages": ["de"]}])
     with pytest.raises(ValueError, match=r"member 2: unknown distill parameter\(s\) train_step; choose from"):
