@@ -359,6 +359,24 @@ def test_checkpoints_moved_to_another_folder_resume_there(setup: dict[str, Path]
     reference, weights = load_weights(reference_run / "student"), load_weights(workdir / "student")
     assert all(torch.equal(tensor, weights[name]) for name, tensor in reference.items())
 
+
+def test_the_process_group_outwaits_a_long_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other processes wait in a barrier while the main one exports (interpolation, rotation, adapter):
+    NCCL's default 10-minute collective timeout would end such a run."""
+    import torch.distributed as dist
+
+    from xdistill.training.distributed import DistContext
+
+    joined = {}
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda **kwargs: joined.update(kwargs))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    ctx = DistContext.from_env("cpu")
+    assert ctx.owns_group and joined["backend"] == "gloo" and joined["rank"] == 1
+    assert joined["timeout"].total_seconds() >= 3600
+
+
 def test_two_gloo_processes_match_one_process(setup: dict[str, Path], reference_run: Path) -> None:
     workdir = setup["root"] / "ddp"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",

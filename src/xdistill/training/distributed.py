@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from xdistill.errors import XdistillError
+
+# How long a collective waits for every process. While the main process exports the chosen student
+# (interpolation measured on dev data at several points, the rotation, the teacher-space adapter), the
+# others wait in a barrier: NCCL's default of 10 minutes would end a run whose export takes longer.
+COLLECTIVE_TIMEOUT = timedelta(hours=2)
 
 
 @dataclass
@@ -56,7 +62,7 @@ class DistContext:
         owns_group = False
         if world_size > 1 and not dist.is_initialized():
             backend = "nccl" if resolved.type == "cuda" else "gloo"
-            dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+            dist.init_process_group(backend=backend, rank=rank, world_size=world_size, timeout=COLLECTIVE_TIMEOUT)
             owns_group = True
         return cls(rank, world_size, local_rank, resolved, owns_group)
 
