@@ -73,6 +73,8 @@ def test_ted2020_multilingual_file_with_empty_cells_and_bad_rows(tmp_path):
     assert summary["bad"] == 2
     assert summary["reasons"] == {"2 columns, expected 4": 1, "stray header row": 1}
     assert summary["quotes"][0].startswith(f"{path}:5: 2 columns")
+    # what the format leaves out is counted, not malformed: the report accounts for every row read
+    assert summary["skipped"] == {"no ar translation": 1, "empty English cell": 1}
 
 
 def test_extract_ted2020_fixed_dev_units(mirror_dir, tmp_path):
@@ -95,6 +97,7 @@ def test_generic_sentence_transformers_tsv(tmp_path):
     triples = list(formats.read_st_parallel(path, None, ["de", "es"], chk))
     assert triples == [("de", "Hello", "Hallo"), ("es", "Hello", "Hola"), ("de", "Cat", "Katze")]
     assert chk.by_file[str(path)].bad == 1
+    assert chk.by_file[str(path)].skipped == {"no es translation": 1}
     # one language, any number of translations per row
     path2 = write_lines(tmp_path / "talks-en-de.tsv", ["Hello\tHallo\tGrüß dich", "Yes\tJa"])
     assert list(formats.read_st_parallel(path2, "de", None, checkers())) == [
@@ -160,6 +163,9 @@ def test_wmt_real_header_and_excluded_testset(mirror_dir, tmp_path):
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         rows = [line.split("\t") for line in handle][1:]
     assert len(triples) == sum(1 for r in rows if not r[0].startswith("newstest2017"))
+    chk = checkers()
+    list(formats.read_wmt(path, "tr", ["newstest2017"], chk))
+    assert sum(chk.by_file[str(path)].skipped.values()) == len(rows) - len(triples) > 0
     wrong = write_lines(tmp_path / "w.tsv", ["year\ten\ttr", "x\ty\tz"])
     with pytest.raises(InputFileError, match="expected header"):
         list(formats.read_wmt(wrong, "tr", [], checkers()))
@@ -174,6 +180,18 @@ def test_dictionaries_muse_and_freedict_real(mirror_dir, tmp_path):
     # original MUSE files separate the two words by a space; reversed files have English second
     path = write_lines(tmp_path / "de-en.txt", ["haus house", "katze cat"])
     assert list(formats.read_dictionary(path, "de", 1, False, None, checkers())) == [("de", "house", "haus"), ("de", "cat", "katze")]
+    phrases = write_lines(tmp_path / "phrases.tsv", ["en\tde", "house\tHaus", "good morning\tguten Morgen"])
+    chk = checkers()
+    assert list(formats.read_dictionary(phrases, "de", 0, True, 1, chk)) == [("de", "house", "Haus")]
+    assert chk.by_file[str(phrases)].skipped == {"over 1 word(s)": 1}
+
+
+def test_one_sided_opus_units_are_counted(tmp_path):
+    path = write_lines(tmp_path / "de-en.raw.txt", ['(src)="1"> Hallo .', '(trg)="1"> Hello .', "<hr>",
+                                                    '(src)="2"> Nur Deutsch .', "<hr>", '(trg)="3"> Only English .'])
+    chk = checkers()
+    assert list(formats.read_opus_sample(path, "trg", "de", chk)) == [("de", "Hello .", "Hallo .")]
+    assert chk.by_file[str(path)].skipped == {"one-sided unit": 2} and chk.by_file[str(path)].bad == 0
 
 
 # ----------------------------------------------------------------- bad input

@@ -272,6 +272,9 @@ def test_parallel_stage_outputs_report_and_decontamination(tmp_path, tiny_raw):
     assert ted["read"] == 100 and ted["train"] <= 2 * ted["available"]
     markdown = (tmp_path / "reports/data_report.md").read_text()
     assert "| ted2020 | en-de | 100 | 0 |" in markdown and "pairs-de.tsv:3" in markdown
+    assert report["totals"]["skipped_by_format"] == sum(n for reasons in report["skipped"].values()
+                                                        for n in reasons.values())
+    assert "## Left out by the format (not malformed)" in markdown
     assert (tmp_path / "plots/data_report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "metrics/data_report.json").read_text())["totals"] == report["totals"]
 

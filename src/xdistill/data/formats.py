@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import logging
 import zlib
 from itertools import zip_longest
 from collections import Counter
@@ -41,6 +42,8 @@ from xdistill.data.languages import known_codes
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import atomic_path
 
+log = logging.getLogger(__name__)
+
 Triple = tuple[str, str, str]  # (lang, english, translation)
 
 MAX_QUOTES_PER_FILE = 3
@@ -53,7 +56,9 @@ _TARGET_HEADER_WORDS = {"tgt", "trg", "target", "translation", "translations", "
 
 @dataclass
 class RowChecker:
-    """Malformed-row accounting for one input file."""
+    """Row accounting for one input file: malformed rows (``bad``, bounded by ``max_bad_share``) and rows the
+    format leaves out by design (``skipped``: a TED2020 row without that language's translation, a dictionary
+    entry over ``max_words``, an excluded test set), so the data report accounts for every row read."""
 
     path: str  # as shown in the report (relative to data/raw)
     max_bad_share: float
@@ -62,6 +67,7 @@ class RowChecker:
     bad: int = 0
     reasons: Counter = field(default_factory=Counter)
     quotes: list[str] = field(default_factory=list)
+    skipped: Counter = field(default_factory=Counter)  # reason -> rows (or cells) left out by design
 
     def reject(self, line_no: int, reason: str, raw: bytes | str) -> None:
         """Count a malformed row (and quote it if it is one of the first few)."""
@@ -70,6 +76,10 @@ class RowChecker:
         if len(self.quotes) < MAX_QUOTES_PER_FILE:
             text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else raw
             self.quotes.append(f"{self.path}:{line_no}: {reason}: {text[:_QUOTE_CHARS]!r}")
+
+    def skip(self, reason: str) -> None:
+        """Count a row (or one language's cell of it) the format leaves out: not malformed, not an error."""
+        self.skipped[reason] += 1
 
     def finish(self) -> None:
         """Fail if too large a share of the file was bad."""
@@ -83,7 +93,8 @@ class RowChecker:
             )
 
     def summary(self) -> dict[str, Any]:
-        return {"rows": self.rows, "bad": self.bad, "reasons": dict(self.reasons), "quotes": list(self.quotes)}
+        return {"rows": self.rows, "bad": self.bad, "reasons": dict(self.reasons), "quotes": list(self.quotes),
+                "skipped": dict(self.skipped)}
 
 
 class Checkers:
@@ -242,15 +253,20 @@ def read_ted2020(path: Path, languages: Iterable[str], checkers: Checkers) -> It
         raise InputFileError(path, f"TED2020 header has no 'en' column: {header[:10]}", 1)
     source_col = header.index("en")
     targets = [(lang, header.index(lang)) for lang in wanted if lang in header]
+    if missing := [lang for lang in wanted if lang not in header]:
+        log.info("%s: no column for %s (TED2020 has no such translation)", path, ", ".join(missing))
     if not targets:
         return
     for _, cells in iter_rows(path, checker, len(header), header=tuple(header)):
         english = cells[source_col]
         if not english:
+            checker.skip("empty English cell")
             continue
         for lang, col in targets:
             if cells[col]:
                 yield lang, english, cells[col]
+            else:
+                checker.skip(f"no {lang} translation")
 
 
 def _read_header(path: Path, checker: RowChecker) -> list[str]:
@@ -305,10 +321,14 @@ def read_st_parallel(
     for _, cells in iter_rows(path, checker, shape, languages=columns or [lang]):
         english = cells[0]
         if not english:
+            checker.skip("empty English cell")
             continue
         for position, translation in enumerate(cells[1:]):
+            target = columns[position] if columns else lang
             if translation:
-                yield (columns[position] if columns else lang), english, translation
+                yield target, english, translation
+            else:
+                checker.skip(f"no {target} translation")
 
 
 def read_moses(english_path: Path, foreign_path: Path, lang: str, checkers: Checkers) -> Iterator[Triple]:
@@ -354,6 +374,8 @@ def read_opus_sample(path: Path, english_side: str, lang: str, checkers: Checker
         sides["trg"].clear()
         if english and foreign:
             yield lang, english, foreign
+        elif english or foreign:  # a 1:0 or 0:1 alignment: OPUS lists sentences without a counterpart
+            checker.skip("one-sided unit")
 
     for line_no, text in iter_lines(path, checker):
         stripped = text.strip()
@@ -391,10 +413,12 @@ def read_tatoeba(path: Path, lang: str, checkers: Checkers) -> Iterator[Triple]:
 
 
 def read_wmt(path: Path, lang: str, exclude_testsets: Iterable[str], checkers: Checkers) -> Iterator[Triple]:
-    """WMT newstest TSV: header ``testset, en, xx``; rows of an excluded test set are skipped."""
+    """WMT newstest TSV: header ``testset, en, xx``; rows of an excluded test set are skipped (and counted)."""
     excluded = tuple(exclude_testsets)
-    for _, cells in iter_rows(path, checkers.for_file(path), 3, header=("testset", "en", lang)):
+    checker = checkers.for_file(path)
+    for _, cells in iter_rows(path, checker, 3, header=("testset", "en", lang)):
         if excluded and cells[0].startswith(excluded):
+            checker.skip(f"excluded test set {cells[0]}")
             continue
         yield lang, cells[1], cells[2]
 
@@ -416,6 +440,7 @@ def read_dictionary(
             continue
         english, foreign = cells[source_column], cells[1 - source_column]
         if max_words is not None and max(len(english.split()), len(foreign.split())) > max_words:
+            checker.skip(f"over {max_words} word(s)")
             continue
         yield lang, english, foreign
 

@@ -2,7 +2,7 @@
 
 Per source x language pair: pairs read, remaining after each cleaning step, held out for dev,
 available for training and drawn into the training file; examples of what each filter dropped;
-malformed rows per file with a few ``file:line`` quotes.
+malformed rows per file with a few ``file:line`` quotes; rows each format leaves out by design, by reason.
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ def assemble(languages, config, cleaner, checkers, dev_counts, overlap, availabl
         )
         sources.setdefault(corpus, {})[lang] = row
     malformed = {path: c.summary() for path, c in sorted(checkers.by_file.items()) if c.bad}
+    skipped = {path: dict(c.skipped) for path, c in sorted(checkers.by_file.items()) if c.skipped}
     totals = {key: sum(r[key] for per in sources.values() for r in per.values()) for key in ("read", "kept", "dev", "dev_mining", "train")}
     totals["kept_after_cleaning"] = totals.pop("kept")
     totals["malformed_rows"] = sum(m["bad"] for m in malformed.values())
+    totals["skipped_by_format"] = sum(n for reasons in skipped.values() for n in reasons.values())
     totals["files_read"] = len(checkers.by_file)
     return {
         "languages": list(languages),
@@ -47,6 +49,7 @@ def assemble(languages, config, cleaner, checkers, dev_counts, overlap, availabl
         "weights": {s.name: s.weight for s in config.sources},
         "dropped_examples": cleaner.examples,
         "malformed": malformed,
+        "skipped": skipped,
         "dedup_false_positive_rate": cleaner.seen.false_positive_rate(),
         "evaluation_sentences": len(cleaner.evaluation),
     }
@@ -92,6 +95,11 @@ def to_markdown(report: dict[str, Any]) -> str:
         reasons = ", ".join(f"{n} {r}" for r, n in info["reasons"].items())
         lines.append(f"- `{path}`: {info['bad']:,} of {info['rows']:,} rows ({reasons})")
         lines += [f"  - `{q}`" for q in info["quotes"]]
+    lines += ["", "## Left out by the format (not malformed)", ""]
+    if not report.get("skipped"):
+        lines.append("None.")
+    for path, reasons in report.get("skipped", {}).items():
+        lines.append(f"- `{path}`: " + ", ".join(f"{n:,} {reason}" for reason, n in reasons.items()))
     return "\n".join(lines) + "\n"
 
 
