@@ -71,7 +71,7 @@ from pydantic import MISSING, BaseModel, ConfigDict, Field
 from xdistill.data.languages import known_codes
 from xdistill.io import write_text_atomic
 from xdistill.models.sources import PYPI_MODELS, PYPI_PREFIX
-from xdistill.registry.store import REGISTRY_ROOT_ENV, project_promote_section
+from xdistill.registry.store import REGISTRY_ROOT_ENV, PromotionLockBusy, project_promote_section
 
 MLFLOW_UI_ENV = "XDISTILL_MLFLOW_UI_URL"
 DEFAULT_MLFLOW_UI = "http://127.0.0.1:5000"
@@ -370,11 +370,12 @@ def existing_experiments(root: Path) -> set[str]:
 
 def retry_unless_refused(task: Any, task_run: Any, state: Any) -> bool:
     """A task's retry condition: retry a tool that failed (a git or DVC lock a concurrent run held, a disk freed
-    meanwhile), never a refusal (ValueError, XdistillError: an existing workspace, a taken experiment name,
-    a bad setting), which would only fail the same way again, seconds later."""
+    meanwhile) or a promotion lock another promotion held, never a refusal (ValueError, XdistillError: an
+    existing workspace, a taken experiment name, a bad setting), which would only fail the same way again."""
     from xdistill.errors import XdistillError
 
-    return not isinstance(getattr(state, "data", None), ValueError | XdistillError)
+    error = getattr(state, "data", None)
+    return isinstance(error, PromotionLockBusy) or not isinstance(error, ValueError | XdistillError)
 
 
 def _split_output(stream: Any) -> Iterator[tuple[str, bool]]:

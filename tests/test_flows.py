@@ -282,6 +282,8 @@ def test_refusals_are_not_retried_but_tool_failures_are() -> None:
     for refusal in (ValueError("workspace exists"), InputFileError("params.yaml", "bad")):
         assert not distill_flows.retry_unless_refused(None, None, Failed(data=refusal))
     assert distill_flows.retry_unless_refused(None, None, Failed(data=RuntimeError("git: index.lock exists")))
+    busy = distill_flows.PromotionLockBusy("another promotion held the lock for 600 s")
+    assert distill_flows.retry_unless_refused(None, None, Failed(data=busy))
     for task in (distill_flows.prepare_workspace, distill_flows.push_experiment, distill_flows.record_mlflow_run,
                  distill_flows.promote_task):
         assert task.retries == 2 and task.retry_condition_fn is distill_flows.retry_unless_refused

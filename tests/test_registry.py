@@ -643,6 +643,19 @@ def test_promotion_through_a_tracking_server(tmp_path: Path, monkeypatch: pytest
         monkeypatch.chdir(tmp_path / "cache")
         assert promotion_lock_path(uri) == lock
         assert promotion_lock_path("http://127.0.0.1:1/") != lock
+        secret = promotion_lock_path(f"http://user:s3cret@127.0.0.1:{port}")  # no password in a file name
+        assert "s3cret" not in secret.name and secret.name.startswith(f"127.0.0.1_{port}-")
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=60)
+
+
+def test_a_busy_promotion_lock_is_its_own_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Waiting out another promotion is worth a retry (the flow retries it), unlike a refusal."""
+    import xdistill.registry.store as store
+
+    monkeypatch.setattr(store, "PROMOTION_LOCK_TIMEOUT_S", 0.2)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    with store.promotion_lock(uri):
+        with pytest.raises(store.PromotionLockBusy, match="another promotion held the lock"), store.promotion_lock(uri):
+            pass

@@ -112,7 +112,8 @@ def promotion_lock_path(tracking_uri: str, lock_file: str | None = None) -> Path
     from xdistill.models.cache import cache_root
 
     server = tracking_uri.rstrip("/")
-    readable = re.sub(r"[^A-Za-z0-9.-]+", "_", urlparse(server).netloc or "server")
+    parsed = urlparse(server)  # host and port only: the URI's netloc may carry a user and a password
+    readable = re.sub(r"[^A-Za-z0-9.-]+", "_", f"{parsed.hostname or 'server'}_{parsed.port or ''}")
     return cache_root() / "locks" / f"{readable}-{hashlib.sha256(server.encode()).hexdigest()[:12]}.promote.lock"
 
 
@@ -124,6 +125,10 @@ def project_promote_section(section: Mapping[str, Any] | None, project: str | Pa
     if section.get("lock_file"):
         section["lock_file"] = str(registry_root(project) / section["lock_file"])
     return section
+
+
+class PromotionLockBusy(XdistillError):
+    """Another promotion held the lock past the timeout: it may be free a moment later (worth a retry)."""
 
 
 @contextlib.contextmanager
@@ -139,7 +144,7 @@ def promotion_lock(tracking_uri: str, lock_file: str | None = None) -> Iterator[
             log.debug("holding promotion lock %s", path)
             yield path
     except Timeout as exc:
-        raise XdistillError(f"{path}: another promotion held the lock for {PROMOTION_LOCK_TIMEOUT_S:.0f} s") from exc
+        raise PromotionLockBusy(f"{path}: another promotion held the lock for {PROMOTION_LOCK_TIMEOUT_S:.0f} s") from exc
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "", sep: str = ".") -> dict[str, Any]:
