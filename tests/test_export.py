@@ -68,7 +68,8 @@ def test_a_dense_head_stays_float32_beside_the_fp16_weights(tmp_path: Path) -> N
 def test_graph_is_fused_and_int8_keeps_only_the_outlier_projection_in_fp32(tmp_path: Path) -> None:
     """Three real mE5 layers: attention and GELU fused; every weight MatMul int8 except layer 0's FFN output.
 
-    On the check texts layer 0's GELU outputs span ~33, layers 1-2's ~12-14 (untrained mE5-small).
+    Layer 0's GELU outputs span ~33, layers 1-2's ~12-14 (untrained mE5-small, measured on the check texts,
+    which were the calibration sample until it got its own sentences).
     """
     import onnx
 
