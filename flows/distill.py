@@ -69,6 +69,7 @@ from prefect.runtime import flow_run
 from pydantic import MISSING, BaseModel, ConfigDict, Field
 
 from xdistill.data.languages import known_codes
+from xdistill.errors import XdistillError
 from xdistill.io import write_text_atomic
 from xdistill.models.sources import PYPI_MODELS, PYPI_PREFIX
 from xdistill.registry.store import REGISTRY_ROOT_ENV, PromotionLockBusy, project_promote_section
@@ -372,8 +373,6 @@ def retry_unless_refused(task: Any, task_run: Any, state: Any) -> bool:
     """A task's retry condition: retry a tool that failed (a git or DVC lock a concurrent run held, a disk freed
     meanwhile) or a promotion lock another promotion held, never a refusal (ValueError, XdistillError: an
     existing workspace, a taken experiment name, a bad setting), which would only fail the same way again."""
-    from xdistill.errors import XdistillError
-
     error = getattr(state, "data", None)
     return isinstance(error, PromotionLockBusy) or not isinstance(error, ValueError | XdistillError)
 
