@@ -30,7 +30,7 @@ import contextlib
 import gzip
 import logging
 import zlib
-from itertools import repeat, zip_longest
+from itertools import zip_longest
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -258,7 +258,15 @@ def read_ted2020(path: Path, languages: Iterable[str], checkers: Checkers) -> It
     if not targets:
         return
     for _, cells in iter_rows(path, checker, len(header), header=tuple(header)):
-        yield from _row_pairs(checker, cells[source_col], [(lang, cells[col]) for lang, col in targets])
+        english = cells[source_col]
+        if not english:
+            checker.skip("empty English cell")
+            continue
+        for lang, col in targets:
+            if cells[col]:
+                yield lang, english, cells[col]
+            else:
+                checker.skip(f"no {lang} translation")
 
 
 def _read_header(path: Path, checker: RowChecker) -> list[str]:
@@ -311,20 +319,16 @@ def read_st_parallel(
     else:
         raise XdistillError(f"{path}: st_parallel needs 'columns' (languages of columns 2..n) or a {{lang}} file pattern")
     for _, cells in iter_rows(path, checker, shape, languages=columns or [lang]):
-        yield from _row_pairs(checker, cells[0], zip(columns or repeat(lang), cells[1:]))
-
-
-def _row_pairs(checker: RowChecker, english: str, translations: Iterable[tuple[str, str]]) -> Iterator[Triple]:
-    """``(lang, english, translation)`` for each non-empty translation of one multi-language row; an empty
-    English cell or translation is counted as left out by the format (a talk not translated into that language)."""
-    if not english:
-        checker.skip("empty English cell")
-        return
-    for lang, translation in translations:
-        if translation:
-            yield lang, english, translation
-        else:
-            checker.skip(f"no {lang} translation")
+        english = cells[0]
+        if not english:
+            checker.skip("empty English cell")
+            continue
+        for position, translation in enumerate(cells[1:]):
+            target = columns[position] if columns else lang
+            if translation:
+                yield target, english, translation
+            else:
+                checker.skip(f"no {target} translation")
 
 
 def read_moses(english_path: Path, foreign_path: Path, lang: str, checkers: Checkers) -> Iterator[Triple]:
