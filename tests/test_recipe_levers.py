@@ -393,3 +393,85 @@ def test_cpu_bf16_autocast_lowers_the_steps_and_keeps_fp32_weights(setup: dict[s
     update = torch.cat([(weights["cuda"][n] - start).flatten() for n, start in moved.items()])
     gap = torch.cat([(weights["always"][n] - weights["cuda"][n]).flatten() for n in moved])
     assert 0 < gap.norm() < 0.5 * update.norm(), (float(gap.norm()), float(update.norm()))
+
+
+def _frozen_student(frozen: int = 2):
+    from xdistill.training.student import StudentConfig, build_student
+
+    config = StudentConfig(str(minilm_folder()), keep_layers=3, dropout=0.0, freeze_layers=frozen, cache_frozen=True,
+                           max_seq_length=32)
+    return build_student(config)
+
+
+def test_cached_frozen_states_replace_the_lower_layers_exactly(setup: dict[str, Path]) -> None:
+    """A step from cached states never runs the frozen layers, and gives the student's own embeddings and gradients."""
+    from xdistill.training.batches import Featurizer, tokenize_pairs
+    from xdistill.training.frozen_cache import compute_frozen_states
+    from xdistill.training.pairs import read_parallel_pairs
+    from xdistill.training.teacher_store import TeacherStore
+    from xdistill.training.trainer import DistillationModule, build_objective
+
+    student = _frozen_student()
+    store = TeacherStore.open(setup["store"])
+    pairs = tokenize_pairs(read_parallel_pairs(setup["train"]), student, "", 32, store)
+    featurize = Featurizer(student, torch.device("cpu"))
+    objective = build_objective({"mse": 1.0}, student.get_embedding_dimension(), store.dimension)
+    batch = [5, 0, 17, 3]
+    teacher = pairs.teacher[torch.as_tensor(batch)]
+    backbone = student[0].auto_model
+    lower = [backbone.embeddings, backbone.encoder.layer[0], backbone.encoder.layer[1]]
+
+    def step(module, features):
+        student.zero_grad(set_to_none=True)
+        student.train()
+        calls = []
+        hooks = [m.register_forward_hook(lambda *_: calls.append(1)) for m in lower]
+        try:
+            loss, _ = module(features, teacher)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        loss.backward()
+        grads = {n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None}
+        return float(loss.detach()), grads, len(calls)
+
+    uncached = step(DistillationModule(student, objective),
+                    featurize([pairs.src[i] for i in batch] + [pairs.tgt[i] for i in batch]))
+    assert uncached[2] == 3
+    for dtype, tolerance in ((torch.float32, 1e-5), (torch.float16, 2e-3)):
+        states = compute_frozen_states(student, featurize, pairs, 2, batch_size=7, dtype=dtype)
+        assert states.summary()["texts"] == 2 * len(pairs) and states.states.dtype == dtype
+        cached = step(DistillationModule(student, objective, cached_layers=2), states.features(batch, torch.device("cpu")))
+        assert cached[2] == 0, "the frozen layers ran although their states were cached"
+        assert cached[0] == pytest.approx(uncached[0], rel=tolerance)
+        assert set(cached[1]) == set(uncached[1]) and any(".layer.2." in n for n in cached[1])
+        assert not any(".layer.0." in n or ".layer.1." in n or "embeddings" in n for n in cached[1])
+        for name, grad in cached[1].items():
+            torch.testing.assert_close(grad, uncached[1][name], rtol=tolerance * 10, atol=tolerance * 1e-2)
+    # the student is whole again after a cached step: its own forward runs every layer
+    assert len(backbone.encoder.layer) == 3 and not type(backbone.embeddings).__name__.startswith("_")
+
+
+def test_training_on_cached_frozen_states_takes_the_uncached_steps(setup: dict[str, Path], tmp_path: Path) -> None:
+    common = {"steps": 4, "learning_rate": 1e-3}
+    student = {"keep_layers": 2, "dropout": 0.0, "freeze_layers": 1}
+    plain, plain_model = _train(setup, tmp_path / "plain", student=student, **common)
+    cached, cached_model = _train(setup, tmp_path / "cached", student={**student, "cache_frozen": True}, **common)
+    assert plain.frozen_cache is None
+    report = json.loads((tmp_path / "cached" / "train.json").read_text())["frozen_cache"]
+    assert report["texts"] == 2 * 48 and report["tokens"] > 2 * 48 and report["frozen_layers"] == 1
+    base = SentenceTransformer(str(setup["student"]), device="cpu")
+    from xdistill.training.student import keep_layers
+
+    keep_layers(base, 2)
+    assert not np.allclose(_encode(cached_model), _encode(base), atol=1e-3), "training on cached states changed nothing"
+    # the same steps up to the states' fp16 rounding
+    np.testing.assert_allclose(_encode(cached_model), _encode(plain_model), atol=2e-3)
+    assert cached.best["dev_mse_x100"] == pytest.approx(plain.best["dev_mse_x100"], rel=1e-2)
+
+
+def test_cache_frozen_needs_frozen_layers() -> None:
+    from xdistill.training.student import StudentConfig
+
+    with pytest.raises(XdistillError, match="freeze_layers >= 1"):
+        StudentConfig("x", cache_frozen=True)

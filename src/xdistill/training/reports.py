@@ -11,7 +11,7 @@ from xdistill.io import atomic_path, write_json_atomic
 
 def write_reports(state: Any, params: Any, outputs: Any, resumed_from: int | None,
                   interpolation: dict[str, Any] | None, rotation: dict[str, Any] | None = None,
-                  teacher_adapter: dict[str, Any] | None = None) -> None:
+                  teacher_adapter: dict[str, Any] | None = None, frozen_cache: dict[str, Any] | None = None) -> None:
     """``outputs.metrics`` (summary JSON), ``outputs.history_csv`` and ``outputs.plot`` of a finished run."""
     chosen = interpolation["selected"] if interpolation else state.best_metrics or state.last_metrics
     summary = {
@@ -32,6 +32,8 @@ def write_reports(state: Any, params: Any, outputs: Any, resumed_from: int | Non
         "export_rotation": {k: v for k, v in rotation.items() if k != "measured"} if rotation else None,
         # the student's second, teacher-space output (train.teacher_adapter): its fit and dev accuracy
         "teacher_adapter": teacher_adapter,
+        # train.student.cache_frozen: the frozen layers' states the steps ran from (size, the pass's seconds)
+        "frozen_cache": frozen_cache,
     }
     if outputs.metrics is not None:
         write_json_atomic(outputs.metrics, summary)

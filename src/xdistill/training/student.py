@@ -11,6 +11,8 @@ spec (``pypi:multilingual-e5-small``, a local folder, a hub id) with optional ch
 - freeze the embedding block and the lowest ``freeze_layers`` transformer layers (backward stops
   at the first trainable layer, so a step is cheaper, and the base model's lower layers, which
   carry most of its cross-lingual alignment, are kept as they are);
+- with those layers frozen, compute their output once per training text and train on it
+  (``cache_frozen``, :mod:`xdistill.training.frozen_cache`): each step runs only the upper layers;
 - train low-rank adapters (``lora``, via peft) instead of the full weights; they are merged into
   the weights before export, so the saved folder is an ordinary model;
 - trim the vocabulary (``vocabulary: corpus``): tokenizer and word-embedding table reduced to the
@@ -96,6 +98,9 @@ class StudentConfig:
     # Freeze the embedding block and the first k transformer layers (0: only what
     # freeze_word_embeddings says).
     freeze_layers: int = 0
+    # Compute the frozen block's output (embeddings and the first freeze_layers layers, without dropout) once per
+    # training text and run each step from it through the upper layers only (xdistill.training.frozen_cache).
+    cache_frozen: bool = False
     # Low-rank adapters instead of full fine-tuning, e.g. {rank: 16, alpha: 32, dropout: 0.0};
     # null = off. Adapters go on the attention and feed-forward projections of the unfrozen layers.
     lora: LoraSettings | None = None
@@ -119,6 +124,9 @@ class StudentConfig:
                                 f"got {self.layer_selection!r}")
         if self.freeze_layers < 0:
             raise XdistillError(f"params train.student.freeze_layers must be >= 0, got {self.freeze_layers}")
+        if self.cache_frozen and self.freeze_layers < 1:
+            raise XdistillError("params train.student.cache_frozen caches the frozen layers' output: set "
+                                f"train.student.freeze_layers >= 1 (got {self.freeze_layers})")
         if self.vocabulary is not None and self.vocabulary not in VOCABULARY_OPTIONS:
             raise XdistillError(f"params train.student.vocabulary must be null or one of {list(VOCABULARY_OPTIONS)}, "
                                 f"got {self.vocabulary!r}")
@@ -182,7 +190,7 @@ def build_student(config: StudentConfig, device: str | torch.device = "cpu", see
     return model.to(device)
 
 
-def _layer_stack(backbone: nn.Module) -> tuple[nn.Module, str, nn.ModuleList]:
+def layer_stack(backbone: nn.Module) -> tuple[nn.Module, str, nn.ModuleList]:
     """Find the ModuleList of transformer layers (BERT/XLM-R/MPNet ``encoder.layer``, DistilBERT ``transformer.layer``)."""
     n_layers = getattr(backbone.config, "num_hidden_layers", None) or getattr(backbone.config, "n_layers", None)
     for name, module in backbone.named_modules():
@@ -208,7 +216,7 @@ def kept_layer_indices(n_layers: int, k: int, selection: str = "first") -> list[
 def keep_layers(model: SentenceTransformer, k: int, selection: str = "first") -> None:
     """Keep ``k`` transformer layers chosen by ``selection`` (updates the saved config too)."""
     backbone = transformer_backbone(model)
-    parent, attr, layers = _layer_stack(backbone)
+    parent, attr, layers = layer_stack(backbone)
     indices = kept_layer_indices(len(layers), k, selection)
     kept = [layers[i] for i in indices]
     # Attention modules know their position for key/value caches; renumber them to the new stack.
@@ -246,7 +254,7 @@ def freeze_word_embeddings(model: SentenceTransformer) -> None:
 def freeze_lower_layers(model: SentenceTransformer, k: int) -> None:
     """Freeze the embedding block (word, position, type embeddings, their LayerNorm) and the first ``k`` layers."""
     backbone = transformer_backbone(model)
-    _, _, layers = _layer_stack(backbone)
+    _, _, layers = layer_stack(backbone)
     if k > len(layers):
         raise XdistillError(f"train.student.freeze_layers={k}: the student has {len(layers)} layers")
     embeddings = getattr(backbone, "embeddings", None)
@@ -270,7 +278,7 @@ def add_lora_adapters(model: SentenceTransformer, settings: LoraSettings, frozen
     from peft import LoraConfig, inject_adapter_in_model
 
     backbone = transformer_backbone(model)
-    _, _, layers = _layer_stack(backbone)
+    _, _, layers = layer_stack(backbone)
     for parameter in backbone.parameters():
         parameter.requires_grad_(False)
     layer_ids = list(range(frozen_layers, len(layers)))

@@ -88,18 +88,26 @@ class TrainResult:
     pairs_per_second: float
     history: list[dict[str, Any]]
     interpolation: dict[str, Any] | None = None
+    train_seconds: float = 0.0  # inside the steps (pairs_per_second's denominator)
+    frozen_cache: dict[str, float] | None = None  # train.student.cache_frozen: the states' size and the pass's time
 
 
 class DistillationModule(nn.Module):
     """Student + objective as one module, so DDP syncs the projection's gradients too."""
 
-    def __init__(self, student: nn.Module, objective: nn.Module) -> None:
+    def __init__(self, student: nn.Module, objective: nn.Module, cached_layers: int = 0) -> None:
         super().__init__()
         self.student = student
         self.objective = objective
+        self.cached_layers = cached_layers  # > 0: features carry the states after this many frozen layers
 
     def forward(self, features: dict[str, torch.Tensor], teacher_src: torch.Tensor):
-        embeddings = self.student(features)["sentence_embedding"].float()
+        if self.cached_layers:
+            from xdistill.training.frozen_cache import embed_from_states
+
+            embeddings = embed_from_states(self.student, features, self.cached_layers).float()
+        else:
+            embeddings = self.student(features)["sentence_embedding"].float()
         n = teacher_src.shape[0]
         return self.objective(embeddings[:n], embeddings[n:], teacher_src)
 
@@ -176,6 +184,13 @@ class _Run:
     fingerprint: str
     head_fit: str | None
     teacher_spec: str = ""  # the teacher the vectors come from (recorded with a teacher-space adapter)
+    frozen_states: Any = None  # FrozenStates of train.student.cache_frozen (None: steps start from token ids)
+
+    def step_features(self, pairs: list[int]) -> dict[str, torch.Tensor]:
+        """A step's student inputs: the sources of ``pairs``, then their translations."""
+        if self.frozen_states is not None:
+            return self.frozen_states.features(pairs, self.ctx.device)
+        return self.featurize([self.train.src[i] for i in pairs] + [self.train.tgt[i] for i in pairs])
 
     def measure(self) -> dict[str, float]:
         return validate(self.student, self.objective, self.featurize, self.validation, self.params.eval_batch_size,
@@ -293,10 +308,17 @@ def _prepare(train_file: Path, dev_file: Path, teacher_dir: Path, student_spec: 
     logger.info("validation: %d dev pairs, %d STS dev sets (%s), dev mining blocks: %s", len(validation.pairs),
                 len(validation.sts), ", ".join(s.name for s in validation.sts) or "none",
                 ", ".join(f"{b.lang} {len(b.src)}" for b in validation.mining_blocks) or "none")
-    return _Run(params, runtime, outputs, ctx, student, objective, DistillationModule(student, objective), train,
-                validation, Featurizer(student, ctx.device), DevScoreWeights.from_params(params.dev_score_weights),
+    featurize = Featurizer(student, ctx.device)
+    frozen_states, cached_layers = None, 0
+    if student_config.cache_frozen:
+        from xdistill.training.frozen_cache import compute_frozen_states
+
+        cached_layers = student_config.freeze_layers
+        frozen_states = compute_frozen_states(student, featurize, train, cached_layers, params.eval_batch_size)
+    return _Run(params, runtime, outputs, ctx, student, objective, DistillationModule(student, objective, cached_layers),
+                train, validation, featurize, DevScoreWeights.from_params(params.dev_score_weights),
                 fingerprint, student_config.head_fit if student_config.align_to_teacher else None,
-                teacher_spec or store.teacher_spec)
+                teacher_spec or store.teacher_spec, frozen_states)
 
 
 def _train(run: _Run) -> TrainResult:
@@ -361,7 +383,8 @@ def _train(run: _Run) -> TrainResult:
         adapter = _fit_teacher_adapter(run, outputs.model_dir, sample_embeddings)
         if outputs.start_dir is not None:
             _save_start(run)
-        write_reports(state, params, outputs, resumed_from, interpolation, rotation, adapter)
+        write_reports(state, params, outputs, resumed_from, interpolation, rotation, adapter,
+                      run.frozen_states.summary() if run.frozen_states is not None else None)
     ctx.barrier()
     return TrainResult(
         output_dir=outputs.model_dir,
@@ -375,6 +398,8 @@ def _train(run: _Run) -> TrainResult:
         pairs_per_second=state.pairs_seen / max(state.train_seconds, 1e-9),
         history=state.history,
         interpolation=interpolation,
+        train_seconds=state.train_seconds,
+        frozen_cache=run.frozen_states.summary() if run.frozen_states is not None else None,
     )
 
 
@@ -473,7 +498,7 @@ def _run_loop(run: _Run, wrapped: nn.Module, optimizer, scheduler, stream: Batch
         for micro in range(params.grad_accumulation):
             batch = stream.next()
             local = batch[ctx.rank :: ctx.world_size]
-            features = run.featurize([train.src[i] for i in local] + [train.tgt[i] for i in local])
+            features = run.step_features(local)
             teacher = train.teacher[torch.as_tensor(local)].to(ctx.device, non_blocking=True)
             last_micro = micro == params.grad_accumulation - 1
             sync = contextlib.nullcontext() if (last_micro or not ctx.distributed) else wrapped.no_sync()
