@@ -13,7 +13,7 @@ import pytest
 from data_helpers import stage_tiny_raw
 from xdistill.data.clean import Cleaner, CleaningConfig, SeenPairs, default_student_tokenizer, load_token_counter
 from xdistill.data.decontaminate import evaluation_sentences
-from xdistill.data.normalize import decontamination_key
+from xdistill.data.normalize import decontamination_key, inner_sentences
 from xdistill.data.sampling import Reservoir, fill_in_proportion, interleave, repeat_and_select, source_targets, split_evenly
 from xdistill.errors import InputFileError
 
@@ -124,6 +124,23 @@ def test_near_copies_of_evaluation_sentences_are_contaminated_too():
     cleaner, kept = run_chain(pairs, evaluation, languages=("de", "es"))
     assert kept == [pairs[3]]
     assert decontamination_key(" «¿Qué?» ") == "qué" and decontamination_key("?!") == ""
+
+
+def test_an_evaluation_sentence_inside_a_multi_sentence_unit_is_contaminated():
+    """A TED line, an OPUS unit or a Tatoeba entry of several sentences is dropped when one of them is an
+    evaluation sentence (found in the default's training sample: Tatoeba's "I'm not drunk. I'm as sober as a
+    judge." holds a LASER test sentence); sentences are split after . ! ? (space) and after CJK 。！？ (none)."""
+    evaluation = {decontamination_key(s) for s in ("I'm not drunk.", "The train is about to leave.", "我很好。")}
+    pairs = [("de", "I'm not drunk. I'm as sober as a judge.", "Ich bin nicht betrunken. Ich bin stocknüchtern."),
+             ("de", "Please step aboard! The train is about to leave.", "Bitte einsteigen! Der Zug fährt gleich ab."),
+             ("zh", "Thank you. I'm fine.", "谢谢。我很好。"),
+             ("de", "Mr. Smith is not drunk.", "Herr Smith ist nicht betrunken."),  # an abbreviation's pieces: no match
+             ("de", "I'm not drunk at all, I'm sober.", "Ich bin gar nicht betrunken.")]
+    cleaner, kept = run_chain(pairs, evaluation, languages=("de", "zh"))
+    assert kept == pairs[3:] and cleaner.counts[("toy", "de")].dropped["contaminated"] == 2
+    assert cleaner.counts[("toy", "zh")].dropped["contaminated"] == 1
+    assert inner_sentences("谢谢。我很好。") == ["谢谢。", "我很好。"] and inner_sentences("One sentence only.") == []
+    assert inner_sentences("Really?! Yes.") == ["Really?!", "Yes."] and inner_sentences("Why? ...") == ["Why?"]
 
 
 def test_evaluation_sentences_and_planted_contamination(tmp_path, mirror_dir):

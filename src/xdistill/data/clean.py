@@ -15,7 +15,8 @@
                     another language than its own, or the source as another language than English,
                     by py3langid (its model ships in the package); sides shorter than
                     ``lid_min_chars`` are not judged
-8. ``contaminated`` the source or the translation occurs in an evaluation set (decontamination)
+8. ``contaminated`` the source or the translation, or one sentence of a multi-sentence side, occurs in an
+                    evaluation set (decontamination)
 
 The whole chain is one loop over a stream of triples; nothing is kept per pair.
 """
@@ -34,7 +35,7 @@ from xxhash import xxh3_64_intdigest
 
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.data.formats import Triple
-from xdistill.data.normalize import decontamination_key, normalize_text
+from xdistill.data.normalize import holds_evaluation_sentence, normalize_text
 from xdistill.errors import XdistillError
 
 log = logging.getLogger(__name__)
@@ -269,7 +270,7 @@ class Cleaner:
             ):
                 drop(counts, "language_id", corpus, lang, source, translation)
                 continue
-            if decontamination_key(source) in evaluation or decontamination_key(translation) in evaluation:
+            if holds_evaluation_sentence(source, evaluation) or holds_evaluation_sentence(translation, evaluation):
                 drop(counts, "contaminated", corpus, lang, source, translation)
                 continue
             yield lang, source, translation

@@ -7,6 +7,7 @@ sentences by :func:`normalize_text`, so "the same sentence" means the same thing
 from __future__ import annotations
 
 import functools
+import re
 import string
 import sys
 import unicodedata
@@ -57,3 +58,24 @@ def decontamination_key(text: str) -> str:
         text = unicodedata.normalize("NFKC", text.replace("’", "'").replace("‘", "'").replace("´", "'"))
     text = text.casefold()
     return text.replace("`", "'").strip(_EDGE_MARKS)
+
+
+# A sentence end inside a text: ., ! or ? (and the Arabic question mark) followed by a space and more text, or a
+# CJK full stop, exclamation or question mark followed by anything (CJK text puts no space after them).
+_INNER_SENTENCE_END = re.compile(r"(?<=[.!?\u061f])\s+(?=\S)|(?<=[\u3002\uff01\uff1f])(?=\S)")
+
+
+def inner_sentences(text: str) -> list[str]:
+    """The sentences of a multi-sentence ``text`` (a TED subtitle line, an OPUS unit, a Tatoeba entry of two
+    sentences), split after sentence-final punctuation; ``[]`` for a text of one sentence. Decontamination looks
+    each of them up too: an evaluation sentence inside a longer training unit is still that sentence. An
+    abbreviation ("Mr. Smith") makes a piece that no evaluation set holds, so a wrong split costs nothing."""
+    if _INNER_SENTENCE_END.search(text) is None:  # one regex pass for the common one-sentence side
+        return []
+    return [piece for piece in _INNER_SENTENCE_END.split(text) if piece.strip(_EDGE_MARKS)]
+
+
+def holds_evaluation_sentence(text: str, evaluation: set[str] | frozenset[str]) -> bool:
+    """Whether ``text`` or one of its :func:`inner_sentences` is, by :func:`decontamination_key`, in ``evaluation``."""
+    return decontamination_key(text) in evaluation or any(
+        decontamination_key(piece) in evaluation for piece in inner_sentences(text))

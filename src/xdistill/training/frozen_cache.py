@@ -7,8 +7,8 @@ never change during training, so what they make of a training text is the same a
 step then runs only the upper layers, pooling and the head on those states. Forward and backward
 through 4 of mE5-small's 12 layers instead of 12 is about a third of a step's arithmetic
 (BENCHMARKS.md, train: the measured gain), paid for by one forward pass through the lower layers per
-text and the states' memory: 2 bytes x hidden size per token (mE5-small, 100k pairs of ~25 tokens:
-about 4 GB).
+text and the states' memory: 2 bytes x hidden size per token (mE5-small, 100k pairs of ~22 tokens:
+about 3.4 GB; the default's 7000 pairs: 230 MB).
 
 Both passes go through the encoder's own ``forward`` (and the student's own pooling, head and
 normalisation) with its module lists cut to the layers in question: the lower pass with the real
