@@ -32,6 +32,7 @@ from torch import nn
 from xdistill.errors import XdistillError
 from xdistill.models.backbone import transformer_backbone
 from xdistill.training.batches import Featurizer, TokenizedPairs
+from xdistill.training.student import layer_stack
 
 logger = logging.getLogger(__name__)
 
@@ -48,16 +49,10 @@ class _HandThrough(nn.Module):
         return inputs_embeds
 
 
-def _layer_list(backbone: nn.Module) -> tuple[nn.Module, str, nn.ModuleList]:
-    from xdistill.training.student import layer_stack
-
-    return layer_stack(backbone)
-
-
 @contextlib.contextmanager
 def _cut(backbone: nn.Module, layers: slice, hand_through: bool) -> Iterator[None]:
     """Run ``backbone`` with only ``layers`` of its stack (and, with ``hand_through``, no embedding block)."""
-    parent, attr, full = _layer_list(backbone)
+    parent, attr, full = layer_stack(backbone)
     embeddings = getattr(backbone, "embeddings", None)
     if hand_through and not isinstance(embeddings, nn.Module):
         raise XdistillError(f"train.student.cache_frozen: {type(backbone).__name__} has no embeddings block to bypass")
@@ -143,7 +138,7 @@ def compute_frozen_states(student, featurize: Featurizer, train: TokenizedPairs,
         backbone.train(was_training)
     cache = FrozenStates(states, offsets, frozen_layers, time.perf_counter() - started)
     logger.info("frozen-layer states of %d texts (%d tokens, %.0f MB) computed through %d layers in %.0f s",
-                len(texts), int(offsets[-1]), cache.nbytes / 2**20, frozen_layers, time.perf_counter() - started)
+                len(texts), int(offsets[-1]), cache.nbytes / 2**20, frozen_layers, cache.seconds)
     return cache
 
 

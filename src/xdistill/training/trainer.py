@@ -369,6 +369,7 @@ def _train(run: _Run) -> TrainResult:
     _run_loop(run, wrapped, optimizer, scheduler, stream, state)
 
     interpolation: dict[str, Any] | None = None
+    frozen_cache = run.frozen_states.summary() if run.frozen_states is not None else None
     if ctx.is_main:
         best = ckpt.load_checkpoint(outputs.checkpoint_dir, ckpt.BEST, run.fingerprint)
         if best is not None:
@@ -383,8 +384,7 @@ def _train(run: _Run) -> TrainResult:
         adapter = _fit_teacher_adapter(run, outputs.model_dir, sample_embeddings)
         if outputs.start_dir is not None:
             _save_start(run)
-        write_reports(state, params, outputs, resumed_from, interpolation, rotation, adapter,
-                      run.frozen_states.summary() if run.frozen_states is not None else None)
+        write_reports(state, params, outputs, resumed_from, interpolation, rotation, adapter, frozen_cache)
     ctx.barrier()
     return TrainResult(
         output_dir=outputs.model_dir,
@@ -399,7 +399,7 @@ def _train(run: _Run) -> TrainResult:
         history=state.history,
         interpolation=interpolation,
         train_seconds=state.train_seconds,
-        frozen_cache=run.frozen_states.summary() if run.frozen_states is not None else None,
+        frozen_cache=frozen_cache,
     )
 
 
