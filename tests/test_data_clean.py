@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 from data_helpers import stage_tiny_raw
 from xdistill.data.clean import Cleaner, CleaningConfig, SeenPairs, default_student_tokenizer, load_token_counter
 from xdistill.data.decontaminate import evaluation_sentences
+from xdistill.data import normalize
 from xdistill.data.normalize import decontamination_key, inner_sentences
 from xdistill.data.sampling import Reservoir, fill_in_proportion, interleave, repeat_and_select, source_targets, split_evenly
 from xdistill.errors import InputFileError
@@ -141,6 +143,18 @@ def test_an_evaluation_sentence_inside_a_multi_sentence_unit_is_contaminated():
     assert cleaner.counts[("toy", "zh")].dropped["contaminated"] == 1
     assert inner_sentences("谢谢。我很好。") == ["谢谢。", "我很好。"] and inner_sentences("One sentence only.") == []
     assert inner_sentences("Really?! Yes.") == ["Really?!", "Yes."] and inner_sentences("Why? ...") == ["Why?"]
+
+
+def test_the_inner_sentence_pre_check_never_skips_a_text_the_regex_would_split():
+    """The substring pre-check exists for speed only: over every short text of sentence marks, spaces (ASCII,
+    tab, NBSP), CJK marks and letters, whatever the full regex splits must pass the pre-check."""
+    alphabet = ("a", "字", ".", "?", "\u061f", "\u3002", "\uff01", " ", "\t", "\u00a0")
+    texts = ("".join(chars) for length in range(1, 5) for chars in itertools.product(alphabet, repeat=length))
+    missed = [text for text in texts if normalize._INNER_SENTENCE_END.search(text)
+              and not normalize._may_hold_inner_sentence_end(text)]
+    assert missed == []
+    assert not normalize._may_hold_inner_sentence_end("One sentence only.")
+    assert not normalize._may_hold_inner_sentence_end("我很好。")
 
 
 def test_evaluation_sentences_and_planted_contamination(tmp_path, mirror_dir):
