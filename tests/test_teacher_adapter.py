@@ -215,3 +215,17 @@ def test_a_damaged_adapter_is_named_not_a_traceback(tmp_path: Path, config: dict
     (folder / WEIGHTS_FILE).write_bytes(weights)
     with pytest.raises(XdistillError, match="not a readable teacher-space adapter"):
         load_adapter(tmp_path)
+
+
+def test_dev_report_names_the_worst_language_and_direction() -> None:
+    from xdistill.training.teacher_adapter import dev_retrieval_report
+
+    en2xx = np.array([True, True, False, True, True, True])
+    xx2en = np.array([True, False, False, True, True, True])
+    report = dev_retrieval_report(en2xx, xx2en, ["ar", "ar", "ar", "de", "de", "de"])
+    assert report["dev_teacher_accuracy_ar_en2xx"] == pytest.approx(200 / 3)
+    assert report["dev_teacher_accuracy_ar_xx2en"] == pytest.approx(100 / 3)
+    assert report["dev_teacher_accuracy_de_xx2en"] == 100.0
+    assert report["dev_teacher_accuracy_min"] == pytest.approx(100 / 3)
+    assert report["dev_teacher_accuracy"] == pytest.approx(50 * (5 / 6 + 4 / 6))
+    assert "dev_teacher_accuracy_min" not in dev_retrieval_report(en2xx, xx2en, None)

@@ -96,12 +96,11 @@ def knn_search(
     return scores, indices
 
 
-def retrieval_accuracy(src_emb: np.ndarray, tgt_emb: np.ndarray) -> tuple[float, float]:
-    """Nearest-neighbour translation accuracy ``(src->tgt, tgt->src)``.
+def retrieval_hits(src_emb: np.ndarray, tgt_emb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per query, whether its nearest neighbour is its own translation: ``(src->tgt, tgt->src)`` booleans.
 
     Row ``i`` of ``src_emb`` is the translation of row ``i`` of ``tgt_emb``. Rows are
-    L2-normalised here, so the score is cosine similarity; a query counts as correct when its
-    nearest neighbour on the other side is its own translation (ties resolve to faiss' order).
+    L2-normalised here, so the score is cosine similarity (ties resolve to faiss' order).
     """
     src = l2_normalise(as_float32_matrix(src_emb, "src_emb"))
     tgt = l2_normalise(as_float32_matrix(tgt_emb, "tgt_emb"))
@@ -113,4 +112,10 @@ def retrieval_accuracy(src_emb: np.ndarray, tgt_emb: np.ndarray) -> tuple[float,
     gold = np.arange(n)
     _, src_to_tgt = knn_search(src, tgt, 1)
     _, tgt_to_src = knn_search(tgt, src, 1)
-    return float(np.mean(src_to_tgt[:, 0] == gold)), float(np.mean(tgt_to_src[:, 0] == gold))
+    return src_to_tgt[:, 0] == gold, tgt_to_src[:, 0] == gold
+
+
+def retrieval_accuracy(src_emb: np.ndarray, tgt_emb: np.ndarray) -> tuple[float, float]:
+    """Nearest-neighbour translation accuracy ``(src->tgt, tgt->src)``: the means of :func:`retrieval_hits`."""
+    src_hits, tgt_hits = retrieval_hits(src_emb, tgt_emb)
+    return float(np.mean(src_hits)), float(np.mean(tgt_hits))
