@@ -685,3 +685,21 @@ def test_low_dimensional_head_starts_as_principal_axes_with_a_fitted_projection(
     assert runs[True]["dev_mse_x100"] < 0.5 * runs[False]["dev_mse_x100"]
     model = SentenceTransformer(str(tmp_path / "student-True"), device="cpu")
     assert model.encode(["Guten Morgen"]).shape == (1, 16)
+
+
+def test_a_large_encode_logs_its_progress(setup: dict[str, Path], monkeypatch, caplog) -> None:
+    """An encode of many texts (the adapter's 100k pairs take minutes) logs each tenth and the end, with the
+    same embeddings as a quiet one."""
+    import logging
+
+    from xdistill.training import batches
+
+    student, featurize, ids, _ = _student_with_head_to(setup, 384)
+    quiet = batches.encode_token_ids(student, featurize, ids, 4)
+    monkeypatch.setattr(batches, "PROGRESS_MIN_TEXTS", len(ids))
+    with caplog.at_level(logging.INFO, logger="xdistill.training.batches"):
+        loud = batches.encode_token_ids(student, featurize, ids, 2)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("encoded ")]
+    assert lines and lines[-1].startswith(f"encoded {len(ids)}/{len(ids)} texts")
+    assert len(lines) <= 11
+    torch.testing.assert_close(loud, quiet)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,6 +18,9 @@ import numpy as np
 import torch
 
 from xdistill.training.pairs import ParallelPairs, pad_batch, tokenize_texts
+
+logger = logging.getLogger(__name__)
+PROGRESS_MIN_TEXTS = 20_000  # encodes of at least this many texts log their progress
 
 
 @dataclass
@@ -97,6 +102,9 @@ def encode_token_ids(student, featurize: Featurizer, token_ids: Sequence[Sequenc
     out: torch.Tensor | None = None
     was_training = student.training
     student.eval()
+    # a large encode (an adapter's 100k pairs: minutes) logs each tenth, so the stage's log shows it moving
+    report_every = -(-len(order) // 10) if len(order) >= PROGRESS_MIN_TEXTS else 0
+    began, next_report = time.perf_counter(), report_every
     try:
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
@@ -105,6 +113,12 @@ def encode_token_ids(student, featurize: Featurizer, token_ids: Sequence[Sequenc
             if out is None:
                 out = torch.empty((len(order), emb.shape[1]), dtype=torch.float32)
             out[torch.as_tensor(batch)] = emb
+            done = start + len(batch)
+            if report_every and (done >= next_report or done == len(order)):
+                rate = done / max(time.perf_counter() - began, 1e-9)
+                logger.info("encoded %d/%d texts (%.0f texts/s, eta %.0f s)", done, len(order), rate,
+                            (len(order) - done) / rate)
+                next_report = done - done % report_every + report_every
     finally:
         student.train(was_training)
     if out is None:
