@@ -18,6 +18,7 @@ default settings always run as ``default``.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,12 @@ def parse_variant(text: str) -> tuple[str, dict[str, float]]:
             raise SystemExit(f"variant {text!r}: {key!r} is no AdapterSettings field ({', '.join(fields)})")
         overrides[key] = type(getattr(AdapterSettings(), key))(float(value))
     return name, overrides
+
+
+def workspace_commit(workspace: Path) -> str | None:
+    """The commit the workspace's student came from (a DVC experiment commit checked out as a git worktree)."""
+    found = subprocess.run(["git", "-C", str(workspace), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return found.stdout.strip() if found.returncode == 0 else None
 
 
 def main(workspace: Path, out: Path, n_pairs: int, variants: list[str]) -> None:
@@ -85,7 +92,7 @@ def main(workspace: Path, out: Path, n_pairs: int, variants: list[str]) -> None:
         "what": "teacher-space retrieval through adapters fitted with other train.teacher_adapter settings on one "
                 "member's student; chosen on dev (worst language and direction, then average), FLORES reports",
         "command": f"python bench/teacher_adapter_sweep.py {workspace} {out} {n_pairs} {' '.join(variants)}",
-        "teacher": TEACHER, "fit_pairs": len(sources), "chosen_on_dev": chosen, "variants": results,
+        "teacher": TEACHER, "student_commit": workspace_commit(workspace), "fit_pairs": len(sources), "chosen_on_dev": chosen, "variants": results,
         "seconds": round(time.time() - started),
     }
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -90,6 +90,32 @@ def test_the_ablation_notes_the_stsb_interval_at_the_rows_size(tmp_path: Path,
     assert report.stsb_noise_note(tmp_path / "absent.json", 100) == ""
 
 
+def test_the_adapter_sweep_section_names_the_student_and_the_dev_choice(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    report = bench_module("quality_report", monkeypatch)
+    diagnostics, results = tmp_path / "diagnostics", tmp_path / "quality"
+    diagnostics.mkdir()
+    (results / "member-a").mkdir(parents=True)
+    (results / "member-a" / "run.json").write_text(json.dumps({"flow_result": {"experiment_rev": "abc123"}}))
+    assert report.adapter_sweep_section(diagnostics, results) == ""
+
+    def variant(steps: int, batch: int | None, dev_min: float, flores_min: float) -> dict[str, Any]:
+        return {"overrides": {"batch_pairs": batch} if batch else {}, "fit_seconds": 10, "steps": steps,
+                "dev": {"min": dev_min, "average": 95.0}, "flores": {"min": flores_min, "average": 94.0}}
+
+    (diagnostics / "teacher_adapter_sweep.json").write_text(json.dumps({
+        "command": "python bench/teacher_adapter_sweep.py WS OUT 100 b2:batch_pairs=2", "seconds": 600,
+        "teacher": "pypi:all-mpnet-base-v2", "student_commit": "abc123", "fit_pairs": 100, "chosen_on_dev": "b2",
+        "variants": {"default": variant(50, None, 86.5, 89.8), "b2": variant(25, 2, 88.0, 91.5)}}))
+    section = report.adapter_sweep_section(diagnostics, results)
+    assert "`member-a`" in section and "100 training pairs" in section
+    rows = markdown_table_after(section, "## Teacher-space adapter settings")
+    assert rows["1: default"]["changed (train.teacher_adapter)"] == "the defaults" and rows["1: default"]["on dev"] == ""
+    assert rows["1: b2"]["changed (train.teacher_adapter)"] == "batch_pairs=2"
+    assert rows["1: b2"]["dev worst"] == "88.0" and rows["1: b2"]["on dev"] == "chosen"
+    assert "Sweep 1: `python bench/teacher_adapter_sweep.py WS OUT 100 b2:batch_pairs=2` (10 min)." in section
+
+
 def test_light_rows_say_which_targets_they_miss(monkeypatch: pytest.MonkeyPatch) -> None:
     light_targets = bench_module("quality_report", monkeypatch).light_targets
     wide = {"dimension": 384, "parameters": 26.6e6, "size_mb": 104.5, "sentences_per_second": 231.7}
