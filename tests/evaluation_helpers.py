@@ -25,8 +25,14 @@ def training_pairs(mirror: Path, lang: str, count: int, skip: int = 0) -> list[t
 
 def write_dev_file(path: Path, mirror: Path, languages: list[str], per_language: int) -> Path:
     """A ``source<TAB>translation<TAB>lang<TAB>corpus`` gzipped dev file with a header."""
-    write_parallel_tsv(path, ((english, translation, lang, "tatoeba") for lang in languages
-                              for english, translation in training_pairs(mirror, lang, per_language)))
+    write_parallel_tsv(
+        path,
+        (
+            (english, translation, lang, "tatoeba")
+            for lang in languages
+            for english, translation in training_pairs(mirror, lang, per_language)
+        ),
+    )
     return path
 
 
@@ -36,8 +42,8 @@ def write_bucc_folder(folder: Path, mirror: Path, lang: str, gold: int = 4, fill
     folder.mkdir(parents=True, exist_ok=True)
     pairs = training_pairs(mirror, lang, 2 * (gold + 2 * fillers))
     for number, split in enumerate(("train", "test")):
-        chunk = pairs[number * (gold + 2 * fillers):(number + 1) * (gold + 2 * fillers)]
-        parallel, xx_only, en_only = chunk[:gold], chunk[gold:gold + fillers], chunk[gold + fillers:]
+        chunk = pairs[number * (gold + 2 * fillers) : (number + 1) * (gold + 2 * fillers)]
+        parallel, xx_only, en_only = chunk[:gold], chunk[gold : gold + fillers], chunk[gold + fillers :]
         xx_side = [(f"{lang}-{i}", t) for i, (_, t) in enumerate(parallel + xx_only)]
         en_side = [(f"en-{i}", e) for i, (e, _) in enumerate(parallel + en_only)]
         (folder / f"{lang}-en.{split}.{lang}").write_text("".join(f"{i}\t{s}\n" for i, s in reversed(xx_side)), "utf-8")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
-from pipeline_project import REPO_ROOT, init_git_dvc, run
+from testbed.pipeline_project import REPO_ROOT, init_git_dvc, run
 
-PREPARE_SCRIPT = '''\
+PREPARE_SCRIPT = """\
 import json, shutil, sys
 from pathlib import Path
 import yaml
@@ -30,7 +30,7 @@ summary = {"primary_score": score, "per_language": {"en": 0.3, **{lang: score fo
            "models": references}
 Path("metrics/eval/summary.json").write_text(json.dumps(summary))
 print(f"prepared a student scoring {score}")
-'''
+"""
 
 DVC_YAML = {
     "stages": {

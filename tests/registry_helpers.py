@@ -29,8 +29,10 @@ def student_source() -> Path:
 
 def summary(primary: float, per_language: dict[str, Any]) -> dict[str, Any]:
     """An evaluation summary whose references (untrained student, teacher) the candidate beats."""
-    models = {"student-untrained": {"primary_score": primary - 0.01, "per_language": {}},
-              "teacher": {"primary_score": primary / 2, "per_language": {}}}
+    models = {
+        "student-untrained": {"primary_score": primary - 0.01, "per_language": {}},
+        "teacher": {"primary_score": primary / 2, "per_language": {}},
+    }
     return {"primary_score": primary, "per_language": per_language, "models": models}
 
 
@@ -52,8 +54,9 @@ def make_outputs_project(root: Path, primary: float, per_language: dict[str, Any
     (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     flores = root / "data" / "raw" / "eval" / "flores200-devtest" / "eng_Latn.devtest"
     flores.parent.mkdir(parents=True, exist_ok=True)
-    flores.write_text("\n".join(f"Sentence number {i} is about the weather in town." for i in range(64)) + "\n",
-                      encoding="utf-8")
+    flores.write_text(
+        "\n".join(f"Sentence number {i} is about the weather in town." for i in range(64)) + "\n", encoding="utf-8"
+    )
     _write_json(root / "metrics" / "data_report.json", {"train_pairs": 120, "languages": {"de": 60, "es": 60}})
     _write_json(root / "metrics" / "train.json", {"final_loss": 0.0123, "steps": 3, "history": [0.5, 0.1]})
     _write_json(root / "metrics" / "eval" / "summary.json", summary(primary, per_language))
@@ -68,8 +71,11 @@ def make_outputs_project(root: Path, primary: float, per_language: dict[str, Any
         fig.savefig(root / name)
         plt.close(fig)
     if git:
-        for cmd in (["git", "init", "-q"], ["git", "add", "params.yaml"],
-                    ["git", "-c", "user.email=t@x.invalid", "-c", "user.name=t", "commit", "-qm", "params"]):
+        for cmd in (
+            ["git", "init", "-q"],
+            ["git", "add", "params.yaml"],
+            ["git", "-c", "user.email=t@x.invalid", "-c", "user.name=t", "commit", "-qm", "params"],
+        ):
             subprocess.run(cmd, cwd=root, check=True, capture_output=True)
     return root
 
@@ -78,8 +84,13 @@ def set_scores(root: Path, primary: float, per_language: dict[str, Any]) -> None
     _write_json(root / "metrics" / "eval" / "summary.json", summary(primary, per_language))
 
 
-def cheap_version(tracking_uri: str, primary: float, per_language: dict[str, float], name: str = MODEL_NAME,
-                  references: dict[str, Scores] | None = None) -> str:
+def cheap_version(
+    tracking_uri: str,
+    primary: float,
+    per_language: dict[str, float],
+    name: str = MODEL_NAME,
+    references: dict[str, Scores] | None = None,
+) -> str:
     """A real registered version whose run logged a small artifact (no model weights): gate tests."""
     from mlflow.exceptions import MlflowException
 

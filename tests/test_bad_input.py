@@ -28,7 +28,7 @@ def error_line(capsys: pytest.CaptureFixture[str]) -> str:
     """The error line the command printed last on stderr (after any progress bar), checked to be all there is."""
     err = capsys.readouterr().err
     assert "Traceback" not in err and "error: " in err, err
-    line = err[err.rindex("error: "):]
+    line = err[err.rindex("error: ") :]
     assert line.count("\n") == 1 and line.endswith("\n"), err  # one line
     return line
 
@@ -52,8 +52,9 @@ def test_encode_refuses_a_bad_text_file(name: str, tmp_path: Path, capsys: pytes
 
 
 @pytest.mark.parametrize("side", ["src", "tgt"])
-def test_mine_names_the_empty_file(side: str, good_text: Path, tmp_path: Path,
-                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_mine_names_the_empty_file(
+    side: str, good_text: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_bytes(b"")
     files = [str(good_text), str(empty)] if side == "tgt" else [str(empty), str(good_text)]
@@ -84,31 +85,38 @@ def test_teacher_embed_names_a_one_column_parallel_file(tmp_path: Path, capsys: 
         handle.write("source\ttranslation\tlang\tcorpus\nHello\tHallo\tde\tx\njust one column\n")
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"models": {"teacher": MODEL}, "teacher_embed": {"device": "cpu"}}))
-    assert main(["teacher-embed", "--params", str(params), "--input", str(one_column),
-                 "--store", str(tmp_path / "store")]) == 2
+    assert (
+        main(["teacher-embed", "--params", str(params), "--input", str(one_column), "--store", str(tmp_path / "store")])
+        == 2
+    )
     assert f"error: {one_column}:3: expected a non-empty source and translation" in error_line(capsys)
     assert not (tmp_path / "store").exists()
 
 
-@pytest.mark.parametrize(("models", "problem"), [({"teacher": MODEL}, "models.student is not set"),
-                                                 (None, "models.student is not set")])
-def test_train_names_a_missing_student(models: dict | None, problem: str, tmp_path: Path,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("models", "problem"), [({"teacher": MODEL}, "models.student is not set"), (None, "models.student is not set")]
+)
+def test_train_names_a_missing_student(
+    models: dict | None, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({"languages": ["de"], "models": models, "train": {}}))
     assert main(["train", "--params", str(params)]) == 2
     assert f"error: {params}: {problem}" in error_line(capsys)
 
 
-@pytest.mark.parametrize(("flag", "problem"), [("--dev-mining", "no dev mining file"),
-                                              ("--dev-sts", "no stsb-multi-mt folder")])
-def test_train_names_a_missing_dev_input(flag: str, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("flag", "problem"), [("--dev-mining", "no dev mining file"), ("--dev-sts", "no stsb-multi-mt folder")]
+)
+def test_train_names_a_missing_dev_input(
+    flag: str, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A dev input named but absent is an error (it used to warn and select checkpoints without it)."""
     monkeypatch.chdir(tmp_path)  # every default output path of `train` lands here, never in the project
     params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"languages": ["de"], "models": {"teacher": MODEL, "student": MODEL},
-                                      "train": {}}))
+    params.write_text(
+        yaml.safe_dump({"languages": ["de"], "models": {"teacher": MODEL, "student": MODEL}, "train": {}})
+    )
     present = {"--dev-mining": tmp_path / "dev_mining.tsv.gz", "--dev-sts": tmp_path / "stsb"}
     present["--dev-mining"].write_bytes(b"")
     present["--dev-sts"].mkdir()
@@ -127,20 +135,33 @@ def test_evaluate_refuses_two_stages_at_once(tmp_path: Path, capsys: pytest.Capt
 
 
 @pytest.mark.parametrize("command", [["corpora"], ["parallel"], ["evaluate", "--baselines"]])
-def test_an_unknown_language_code_names_the_params_file(command: list[str], tmp_path: Path,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unknown_language_code_names_the_params_file(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"languages": ["de", "xx"], "models": {"teacher": MODEL},
-                                      "corpora": {"mirror": str(tmp_path)}, "parallel": {}, "evaluate": {}}))
+    params.write_text(
+        yaml.safe_dump(
+            {
+                "languages": ["de", "xx"],
+                "models": {"teacher": MODEL},
+                "corpora": {"mirror": str(tmp_path)},
+                "parallel": {},
+                "evaluate": {},
+            }
+        )
+    )
     assert main([*command, "--params", str(params)]) == 2
     assert f"error: {params}: unknown language code(s) 'xx' in `languages`" in error_line(capsys)
 
 
-@pytest.mark.parametrize(("content", "problem"), [
-    (b"\x89PNG\r\n\x1a\n\x00\x00", "not a UTF-8 text file"),
-    (b"- de\n- es\n", "expected a mapping of sections"),
-    (b"languages: [de\n", "invalid YAML"),
-])
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "not a UTF-8 text file"),
+        (b"- de\n- es\n", "expected a mapping of sections"),
+        (b"languages: [de\n", "invalid YAML"),
+    ],
+)
 def test_a_bad_params_file(content: bytes, problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     params = tmp_path / "params.yaml"
     params.write_bytes(content)
@@ -149,13 +170,18 @@ def test_a_bad_params_file(content: bytes, problem: str, tmp_path: Path, capsys:
     assert err.startswith(f"error: {params}") and problem in err
 
 
-@pytest.mark.parametrize(("content", "problem"), [
-    (b"", ": empty file: a configured parallel-data source holds no line"),
-    (b"\x89PNG\x00\x00\x1a\n" * 4, ": 4 of 4 rows malformed (NUL byte: 4)"),
-    (b"just one column\nanother one\n", ": 2 of 2 rows malformed (1 columns, expected at least 2: 2)"),
-], ids=["empty", "binary", "one-column"])
-def test_parallel_names_a_bad_source_file(content: bytes, problem: str, tmp_path: Path, mirror_dir: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"", ": empty file: a configured parallel-data source holds no line"),
+        (b"\x89PNG\x00\x00\x1a\n" * 4, ": 4 of 4 rows malformed (NUL byte: 4)"),
+        (b"just one column\nanother one\n", ": 2 of 2 rows malformed (1 columns, expected at least 2: 2)"),
+    ],
+    ids=["empty", "binary", "one-column"],
+)
+def test_parallel_names_a_bad_source_file(
+    content: bytes, problem: str, tmp_path: Path, mirror_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from data_helpers import stage_tiny_raw
 
     raw = tmp_path / "raw"
@@ -164,25 +190,58 @@ def test_parallel_names_a_bad_source_file(content: bytes, problem: str, tmp_path
     source.parent.mkdir(parents=True)
     source.write_bytes(content)
     params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"languages": ["de"], "parallel": {
-        "sources": [{"name": "own", "format": "st_parallel", "files": "train/own/pairs-{lang}.tsv"}]}}))
-    assert main(["parallel", "--params", str(params), "--raw", str(raw), "--out", str(tmp_path / "parallel"),
-                 "--metrics", str(tmp_path / "m.json"), "--report", str(tmp_path / "r.md"),
-                 "--plot", str(tmp_path / "p.png")]) == 2
+    params.write_text(
+        yaml.safe_dump(
+            {
+                "languages": ["de"],
+                "parallel": {
+                    "sources": [{"name": "own", "format": "st_parallel", "files": "train/own/pairs-{lang}.tsv"}]
+                },
+            }
+        )
+    )
+    assert (
+        main(
+            [
+                "parallel",
+                "--params",
+                str(params),
+                "--raw",
+                str(raw),
+                "--out",
+                str(tmp_path / "parallel"),
+                "--metrics",
+                str(tmp_path / "m.json"),
+                "--report",
+                str(tmp_path / "r.md"),
+                "--plot",
+                str(tmp_path / "p.png"),
+            ]
+        )
+        == 2
+    )
     assert error_line(capsys).startswith(f"error: {source}{problem}")
     assert not (tmp_path / "parallel" / "train.tsv.gz").exists()
 
 
-@pytest.mark.parametrize(("files", "problem"), [
-    ({"teacher.json": b"\xff\xfe{}"}, "teacher.json: not UTF-8 text"),
-    ({"teacher.json": b'{"benchmarks": {"sts17": {"scores": [1, 2]}}}'},
-     "teacher.json: benchmarks.sts17: expected a mapping with a 'scores' mapping"),
-    ({"teacher.json": b'{"benchmarks": []}'}, "teacher.json: not a baseline result"),
-    ({"a.json": b'{"label": "teacher", "benchmarks": {}}', "b.json": b'{"label": "teacher", "benchmarks": {}}'},
-     "b.json: label 'teacher' is also"),
-])
-def test_baselines_that_cannot_be_reported_are_refused_up_front(files: dict[str, bytes], problem: str,
-                                                               tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("files", "problem"),
+    [
+        ({"teacher.json": b"\xff\xfe{}"}, "teacher.json: not UTF-8 text"),
+        (
+            {"teacher.json": b'{"benchmarks": {"sts17": {"scores": [1, 2]}}}'},
+            "teacher.json: benchmarks.sts17: expected a mapping with a 'scores' mapping",
+        ),
+        ({"teacher.json": b'{"benchmarks": []}'}, "teacher.json: not a baseline result"),
+        (
+            {"a.json": b'{"label": "teacher", "benchmarks": {}}', "b.json": b'{"label": "teacher", "benchmarks": {}}'},
+            "b.json: label 'teacher' is also",
+        ),
+    ],
+)
+def test_baselines_that_cannot_be_reported_are_refused_up_front(
+    files: dict[str, bytes], problem: str, tmp_path: Path
+) -> None:
     from xdistill.errors import XdistillError
     from xdistill.evaluation.pipeline import load_baselines
 

@@ -14,8 +14,10 @@ from xdistill.cli.main import COMMANDS, cli, main
 
 def test_help_lists_every_command_without_importing_them(capsys: pytest.CaptureFixture[str]) -> None:
     # a fresh interpreter: `xdistill --help` must not import torch or any command module
-    code = ("import sys; from xdistill.cli.main import main; main(['--help']); "
-            "print(sorted(m for m in sys.modules if m.startswith(('torch', 'xdistill.cli.'))))")
+    code = (
+        "import sys; from xdistill.cli.main import main; main(['--help']); "
+        "print(sorted(m for m in sys.modules if m.startswith(('torch', 'xdistill.cli.'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     words = " ".join(out.split())  # help lines wrap at the terminal width
     for name, (_, short_help) in COMMANDS.items():
@@ -42,7 +44,10 @@ def test_usage_errors_exit_2_and_say_what_is_wrong(tmp_path: Path, capsys: pytes
 def test_a_user_error_is_one_line_with_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["parallel", "--params", str(tmp_path / "missing.yaml")]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: {tmp_path / 'missing.yaml'}: params file not found (run from the project root or pass --params)\n"
+    assert (
+        err
+        == f"error: {tmp_path / 'missing.yaml'}: params file not found (run from the project root or pass --params)\n"
+    )
 
 
 def test_shell_completion_offers_commands_and_choices() -> None:

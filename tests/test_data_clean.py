@@ -10,13 +10,20 @@ import sys
 from collections import Counter
 
 import pytest
-
 from data_helpers import stage_tiny_raw
+
+from xdistill.data import normalize
 from xdistill.data.clean import Cleaner, CleaningConfig, SeenPairs, default_student_tokenizer, load_token_counter
 from xdistill.data.decontaminate import evaluation_sentences
-from xdistill.data import normalize
 from xdistill.data.normalize import decontamination_key, inner_sentences
-from xdistill.data.sampling import Reservoir, fill_in_proportion, interleave, repeat_and_select, source_targets, split_evenly
+from xdistill.data.sampling import (
+    Reservoir,
+    fill_in_proportion,
+    interleave,
+    repeat_and_select,
+    source_targets,
+    split_evenly,
+)
 from xdistill.errors import InputFileError
 
 SMALL_DEDUP = {"dedup_bits_log2": 16}
@@ -40,8 +47,13 @@ def test_each_step_counted_in_chain_order():
         ("de", "I like tea.", "Ich mag Tee."),  # contaminated (target in an eval set)
         ("de", "No.", "Nein."),  # kept: ratio test exempt below ratio_min_chars
     ]
-    cleaner, kept = run_chain(triples, evaluation={decontamination_key("Ich mag Tee.")}, max_chars=30,
-                              max_length_ratio=3.0, ratio_min_chars=12)
+    cleaner, kept = run_chain(
+        triples,
+        evaluation={decontamination_key("Ich mag Tee.")},
+        max_chars=30,
+        max_length_ratio=3.0,
+        ratio_min_chars=12,
+    )
     assert kept == [("de", "Good morning.", "Guten Morgen."), ("de", "Yes.", "Ja."), ("de", "No.", "Nein.")]
     counts = cleaner.counts[("toy", "de")]
     assert counts.read == 9 and counts.normalized == 1  # only the first pair had odd whitespace
@@ -63,9 +75,11 @@ def test_length_ratio_counts_cjk_characters_as_three():
 
     assert ratio_length("Hello") == 5 and ratio_length("Grüße") == 5 and ratio_length("我喜欢猫。") == 13
     # real Tatoeba en-zh pairs: a character ratio of ~3-4 is normal for Chinese; only a real mismatch goes
-    pairs = [("zh", "I like to read books in the evening.", "我晚上喜欢看书。"),          # 36 vs 8 chars
-             ("zh", "Where is the nearest train station?", "最近的火车站在哪里？"),       # 35 vs 10 chars
-             ("zh", "Tom was very tired after working all day long in the field.", "汤姆。")]
+    pairs = [
+        ("zh", "I like to read books in the evening.", "我晚上喜欢看书。"),  # 36 vs 8 chars
+        ("zh", "Where is the nearest train station?", "最近的火车站在哪里？"),  # 35 vs 10 chars
+        ("zh", "Tom was very tired after working all day long in the field.", "汤姆。"),
+    ]
     cleaner, kept = run_chain(pairs, max_length_ratio=3.0, ratio_min_chars=12)
     assert [t[2] for t in kept] == ["我晚上喜欢看书。", "最近的火车站在哪里？"]
     assert cleaner.counts[("toy", "zh")].dropped["length_ratio"] == 1
@@ -73,8 +87,9 @@ def test_length_ratio_counts_cjk_characters_as_three():
 
 def test_length_ratio_boundary_and_source_side_contamination():
     pairs = [("de", "a" * 12, "b" * 4), ("de", "c" * 13, "d" * 4), ("de", "The eval sentence.", "Der Satz.")]
-    cleaner, kept = run_chain(pairs, evaluation={decontamination_key("The eval sentence.")}, max_length_ratio=3.0,
-                              ratio_min_chars=12)
+    cleaner, kept = run_chain(
+        pairs, evaluation={decontamination_key("The eval sentence.")}, max_length_ratio=3.0, ratio_min_chars=12
+    )
     assert kept == [("de", "a" * 12, "b" * 4)]  # 12 == 3 * 4 is allowed, 13 > 12 is not
     assert cleaner.counts[("toy", "de")].dropped["length_ratio"] == 1
     assert cleaner.counts[("toy", "de")].dropped["contaminated"] == 1
@@ -84,7 +99,12 @@ def test_token_length_filter_with_the_student_tokenizer():
     counter = load_token_counter(default_student_tokenizer())
     short, long_ = "A cat.", " ".join(["antidisestablishmentarianism"] * 6)
     assert counter(short) < 6 < counter(long_)
-    cleaner, kept = run_chain([("de", short, "Eine Katze."), ("de", long_, "Wort.")], max_tokens=8, max_length_ratio=None, token_counter=counter)
+    cleaner, kept = run_chain(
+        [("de", short, "Eine Katze."), ("de", long_, "Wort.")],
+        max_tokens=8,
+        max_length_ratio=None,
+        token_counter=counter,
+    )
     assert kept == [("de", short, "Eine Katze.")]
     assert cleaner.counts[("toy", "de")].dropped["too_long"] == 1
 
@@ -114,15 +134,19 @@ def test_seen_pairs_is_exact_on_small_inputs():
 
 
 def test_near_copies_of_evaluation_sentences_are_contaminated_too():
-    """Case, the punctuation and quotes around a sentence and apostrophes do not make another sentence (found in the mirror: WMT's
-    "Tough, tough, tough." is STS17 4b's `Tough, tough, tough.`, Multi30k has STS17 sentences in lower
+    """Case, the punctuation and quotes around a sentence and apostrophes do not make another sentence (found in the
+    mirror: WMT's "Tough, tough, tough." is STS17 4b's `Tough, tough, tough.`, Multi30k has STS17 sentences in lower
     case, Tatoeba writes o'clock where LASER's copy has o’clock)."""
-    evaluation = {decontamination_key(s) for s in ("Tough, tough, tough.", "A muzzled greyhound dog is running.",
-                                                   "It is five o’clock.")}
-    pairs = [("es", "\"Tough, tough, tough.\"", "Duro, duro, duro."),
-             ("de", "a muzzled greyhound dog is running", "Ein Windhund mit Maulkorb rennt."),
-             ("de", "It is five o'clock.", "Es ist fünf Uhr."),
-             ("de", "It is five o'clock now.", "Es ist jetzt fünf Uhr.")]
+    evaluation = {
+        decontamination_key(s)
+        for s in ("Tough, tough, tough.", "A muzzled greyhound dog is running.", "It is five o’clock.")
+    }
+    pairs = [
+        ("es", '"Tough, tough, tough."', "Duro, duro, duro."),
+        ("de", "a muzzled greyhound dog is running", "Ein Windhund mit Maulkorb rennt."),
+        ("de", "It is five o'clock.", "Es ist fünf Uhr."),
+        ("de", "It is five o'clock now.", "Es ist jetzt fünf Uhr."),
+    ]
     cleaner, kept = run_chain(pairs, evaluation, languages=("de", "es"))
     assert kept == [pairs[3]]
     assert decontamination_key(" «¿Qué?» ") == "qué" and decontamination_key("?!") == ""
@@ -133,11 +157,13 @@ def test_an_evaluation_sentence_inside_a_multi_sentence_unit_is_contaminated():
     evaluation sentence (found in the default's training sample: Tatoeba's "I'm not drunk. I'm as sober as a
     judge." holds a LASER test sentence); sentences are split after . ! ? (space) and after CJK 。！？ (none)."""
     evaluation = {decontamination_key(s) for s in ("I'm not drunk.", "The train is about to leave.", "我很好。")}
-    pairs = [("de", "I'm not drunk. I'm as sober as a judge.", "Ich bin nicht betrunken. Ich bin stocknüchtern."),
-             ("de", "Please step aboard! The train is about to leave.", "Bitte einsteigen! Der Zug fährt gleich ab."),
-             ("zh", "Thank you. I'm fine.", "谢谢。我很好。"),
-             ("de", "Mr. Smith is not drunk.", "Herr Smith ist nicht betrunken."),  # an abbreviation's pieces: no match
-             ("de", "I'm not drunk at all, I'm sober.", "Ich bin gar nicht betrunken.")]
+    pairs = [
+        ("de", "I'm not drunk. I'm as sober as a judge.", "Ich bin nicht betrunken. Ich bin stocknüchtern."),
+        ("de", "Please step aboard! The train is about to leave.", "Bitte einsteigen! Der Zug fährt gleich ab."),
+        ("zh", "Thank you. I'm fine.", "谢谢。我很好。"),
+        ("de", "Mr. Smith is not drunk.", "Herr Smith ist nicht betrunken."),  # an abbreviation's pieces: no match
+        ("de", "I'm not drunk at all, I'm sober.", "Ich bin gar nicht betrunken."),
+    ]
     cleaner, kept = run_chain(pairs, evaluation, languages=("de", "zh"))
     assert kept == pairs[3:] and cleaner.counts[("toy", "de")].dropped["contaminated"] == 2
     assert cleaner.counts[("toy", "zh")].dropped["contaminated"] == 1
@@ -150,8 +176,11 @@ def test_the_inner_sentence_pre_check_never_skips_a_text_the_regex_would_split()
     tab, NBSP), CJK marks and letters, whatever the full regex splits must pass the pre-check."""
     alphabet = ("a", "字", ".", "?", "\u061f", "\u3002", "\uff01", " ", "\t", "\u00a0")
     texts = ("".join(chars) for length in range(1, 5) for chars in itertools.product(alphabet, repeat=length))
-    missed = [text for text in texts if normalize._INNER_SENTENCE_END.search(text)
-              and not normalize._may_hold_inner_sentence_end(text)]
+    missed = [
+        text
+        for text in texts
+        if normalize._INNER_SENTENCE_END.search(text) and not normalize._may_hold_inner_sentence_end(text)
+    ]
     assert missed == []
     assert not normalize._may_hold_inner_sentence_end("One sentence only.")
     assert not normalize._may_hold_inner_sentence_end("我很好。")
@@ -162,7 +191,9 @@ def test_evaluation_sentences_and_planted_contamination(tmp_path, mirror_dir):
     stage_tiny_raw(raw, mirror_dir, ["de"])
     sentences = evaluation_sentences(raw)
     laser_de = (raw / "eval/tatoeba-laser/tatoeba.deu-eng.deu").read_text(encoding="utf-8").splitlines()
-    sts_first = (raw / "eval/sts17/STS2017.eval.v1.1/STS.input.track5.en-en.txt").read_text(encoding="utf-8").splitlines()[0]
+    sts_first = (
+        (raw / "eval/sts17/STS2017.eval.v1.1/STS.input.track5.en-en.txt").read_text(encoding="utf-8").splitlines()[0]
+    )
     assert decontamination_key(laser_de[0]) in sentences and decontamination_key(sts_first.split("\t")[1]) in sentences
     assert len(sentences) > 1500
     planted = ("de", "Some harmless training sentence.", laser_de[0])
@@ -179,13 +210,21 @@ def test_decontamination_reads_what_the_benchmarks_read(tmp_path, mirror_dir):
     from xdistill.evaluation.tatoeba import read_tatoeba_pairs
 
     raw = tmp_path / "raw"
-    sts17 = [f"{folder}/STS.{kind}.{stem}.txt" for stem in STS17_TRACKS.values()
-             for folder, kind in ((STS17_INPUT_DIR, "input"), (STS17_GOLD_DIR, "gs"))]
-    stage_tiny_raw(raw, mirror_dir, ["de"], {
-        "eval/sts17": sts17,
-        "eval/stsb-multi-mt": ["data/stsb-en-test.csv", "data/stsb-{lang}-test.csv"],
-        "eval/flores200-devtest": ["deu_Latn.devtest"],
-    })
+    sts17 = [
+        f"{folder}/STS.{kind}.{stem}.txt"
+        for stem in STS17_TRACKS.values()
+        for folder, kind in ((STS17_INPUT_DIR, "input"), (STS17_GOLD_DIR, "gs"))
+    ]
+    stage_tiny_raw(
+        raw,
+        mirror_dir,
+        ["de"],
+        {
+            "eval/sts17": sts17,
+            "eval/stsb-multi-mt": ["data/stsb-en-test.csv", "data/stsb-{lang}-test.csv"],
+            "eval/flores200-devtest": ["deu_Latn.devtest"],
+        },
+    )
     eval_dir = raw / "eval"
     sentences = evaluation_sentences(raw)
     scored = [s for track in load_sts17(eval_dir / "sts17") for s in track.sentences1 + track.sentences2]
@@ -215,7 +254,11 @@ def test_source_targets_proportional_capped_and_uncapped():
     # small can give at most 2 x 100; what it cannot give goes to big
     assert source_targets(available, weights, cap=1000, max_repeats=2.0) == {"big": 800, "small": 200, "off": 0}
     assert source_targets(available, weights, cap=None, max_repeats=2.0) == {"big": 10_000, "small": 100, "off": 0}
-    assert source_targets(available, {"big": 3.0, "small": 1.0, "off": 0.0}, cap=400, max_repeats=5.0) == {"big": 300, "small": 100, "off": 0}
+    assert source_targets(available, {"big": 3.0, "small": 1.0, "off": 0.0}, cap=400, max_repeats=5.0) == {
+        "big": 300,
+        "small": 100,
+        "off": 0,
+    }
 
 
 def test_split_evenly_and_repeat_and_select():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import gzip
 
 import pytest
-
 from data_helpers import write_lines
+
 from xdistill.data import formats
 from xdistill.data.normalize import normalize_text
 from xdistill.errors import InputFileError
@@ -78,7 +78,9 @@ def test_ted2020_multilingual_file_with_empty_cells_and_bad_rows(tmp_path):
 
 
 def test_extract_ted2020_fixed_dev_units(mirror_dir, tmp_path):
-    counts = formats.extract_ted2020(mirror_dir / TED / "TED2020-v1.en-de.sample.tsv", ["de", "fr"], 10, tmp_path, checkers())
+    counts = formats.extract_ted2020(
+        mirror_dir / TED / "TED2020-v1.en-de.sample.tsv", ["de", "fr"], 10, tmp_path, checkers()
+    )
     assert counts == {"de": (90, 10), "fr": (0, 0)}
     dev = gzip.decompress((tmp_path / "TED2020-en-de-dev.tsv.gz").read_bytes()).decode().splitlines()
     train = gzip.decompress((tmp_path / "TED2020-en-de-train.tsv.gz").read_bytes()).decode().splitlines()
@@ -139,8 +141,10 @@ def test_stsb_multi_mt_train_split_pairs_both_sentences_of_each_row(mirror_dir, 
     data = mirror_dir / "eval/stsb-multi-mt/data"
     triples = list(formats.read_stsb_translations(data / "stsb-en-train.csv", data / "stsb-de-train.csv", "de"))
     assert len(triples) == 2 * 5749
-    assert triples[:2] == [("de", "A plane is taking off.", "Ein Flugzeug hebt gerade ab."),
-                           ("de", "An air plane is taking off.", "Ein Flugzeug hebt gerade ab.")]
+    assert triples[:2] == [
+        ("de", "A plane is taking off.", "Ein Flugzeug hebt gerade ab."),
+        ("de", "An air plane is taking off.", "Ein Flugzeug hebt gerade ab."),
+    ]
     # rows out of step (the German first row moved to the end, so the scores disagree): file and row named
     lines = (data / "stsb-de-train.csv").read_text(encoding="utf-8").splitlines(keepends=True)
     shifted = tmp_path / "stsb-de-train.csv"
@@ -179,7 +183,10 @@ def test_dictionaries_muse_and_freedict_real(mirror_dir, tmp_path):
     assert first[0] == "tr" and len(first[1].split()) == 1 and len(first[2].split()) == 1
     # original MUSE files separate the two words by a space; reversed files have English second
     path = write_lines(tmp_path / "de-en.txt", ["haus house", "katze cat"])
-    assert list(formats.read_dictionary(path, "de", 1, False, None, checkers())) == [("de", "house", "haus"), ("de", "cat", "katze")]
+    assert list(formats.read_dictionary(path, "de", 1, False, None, checkers())) == [
+        ("de", "house", "haus"),
+        ("de", "cat", "katze"),
+    ]
     phrases = write_lines(tmp_path / "phrases.tsv", ["en\tde", "house\tHaus", "good morning\tguten Morgen"])
     chk = checkers()
     assert list(formats.read_dictionary(phrases, "de", 0, True, 1, chk)) == [("de", "house", "Haus")]
@@ -187,8 +194,17 @@ def test_dictionaries_muse_and_freedict_real(mirror_dir, tmp_path):
 
 
 def test_one_sided_opus_units_are_counted(tmp_path):
-    path = write_lines(tmp_path / "de-en.raw.txt", ['(src)="1"> Hallo .', '(trg)="1"> Hello .', "<hr>",
-                                                    '(src)="2"> Nur Deutsch .', "<hr>", '(trg)="3"> Only English .'])
+    path = write_lines(
+        tmp_path / "de-en.raw.txt",
+        [
+            '(src)="1"> Hallo .',
+            '(trg)="1"> Hello .',
+            "<hr>",
+            '(src)="2"> Nur Deutsch .',
+            "<hr>",
+            '(trg)="3"> Only English .',
+        ],
+    )
     chk = checkers()
     assert list(formats.read_opus_sample(path, "trg", "de", chk)) == [("de", "Hello .", "Hallo .")]
     assert chk.by_file[str(path)].skipped == {"one-sided unit": 2} and chk.by_file[str(path)].bad == 0

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from data_helpers import TINY_EVAL_DATASETS, read_tsv_gz, stage_tiny_raw, write_lines
+
 from xdistill.cli.main import main
 from xdistill.data.corpora import stage_corpora
 from xdistill.data.parallel import build_parallel
@@ -91,7 +91,9 @@ def test_missing_mirror_dataset_and_file_fail_clearly(tmp_path, mirror_dir):
     assert "eval/tatoeba-laser" in str(info.value)
     # a catalogued file the mirror lost
     with pytest.raises(InputFileError, match="missing from the corpora mirror") as info:
-        stage_corpora(tmp_path / "raw", {"eval/sts17": ["STS2017.eval.v1.1/STS.input.track1.ar-ar.txt"]}, ["de"], mirror)
+        stage_corpora(
+            tmp_path / "raw", {"eval/sts17": ["STS2017.eval.v1.1/STS.input.track1.ar-ar.txt"]}, ["de"], mirror
+        )
     assert "STS.input.track1.ar-ar.txt" in str(info.value)
     with pytest.raises(InputFileError, match="not found"):
         stage_corpora(tmp_path / "raw", {"eval/sts17": ["no-such-file.txt"]}, ["de"], mirror)
@@ -151,10 +153,16 @@ def test_download_from_http_base_url_and_file_url(tmp_path, mirror_dir, http_mir
     assert downloaded["files"] == copied["files"] and len(downloaded["files"]) == 5
     # canonical-URL datasets: a file:// template override stands in for the public URL
     laser = stage_corpora(
-        tmp_path / "file", {"eval/tatoeba-laser": ["tatoeba.{lang3}-eng.eng"]}, ["de"], None,
+        tmp_path / "file",
+        {"eval/tatoeba-laser": ["tatoeba.{lang3}-eng.eng"]},
+        ["de"],
+        None,
         urls={"eval/tatoeba-laser": (root / "eval/tatoeba-laser").as_uri() + "/{name}"},
     )
-    assert laser["files"]["eval/tatoeba-laser/tatoeba.deu-eng.eng"] == copied["files"]["eval/tatoeba-laser/tatoeba.deu-eng.eng"]
+    assert (
+        laser["files"]["eval/tatoeba-laser/tatoeba.deu-eng.eng"]
+        == copied["files"]["eval/tatoeba-laser/tatoeba.deu-eng.eng"]
+    )
     # a re-packed dataset has no public URL: say so
     with pytest.raises(XdistillError, match="no public URL"):
         stage_corpora(tmp_path / "x", {TATOEBA: [TATOEBA_FILE]}, ["de"], None)
@@ -168,7 +176,13 @@ def test_download_checksum_mismatch_and_missing_url(tmp_path, http_mirror):
         stage_corpora(tmp_path / "dl", {"eval/tatoeba-laser": ["tatoeba.deu-eng.eng"]}, ["de"], None, base_url=url)
     assert f"{url}/eval/tatoeba-laser/tatoeba.deu-eng.eng" in str(info.value)
     with pytest.raises(XdistillError, match="download failed"):
-        stage_corpora(tmp_path / "dl", {"eval/tatoeba-laser": ["tatoeba.deu-eng.deu"]}, ["de"], None, base_url=url + "/nothing-here")
+        stage_corpora(
+            tmp_path / "dl",
+            {"eval/tatoeba-laser": ["tatoeba.deu-eng.deu"]},
+            ["de"],
+            None,
+            base_url=url + "/nothing-here",
+        )
 
 
 # ----------------------------------------------------------------- parallel
@@ -185,8 +199,19 @@ def tiny_parallel_params(**overrides):
     params = {
         "sources": [
             {"name": "tatoeba-challenge", "format": "tatoeba", "files": f"{TATOEBA}/{TATOEBA_FILE}", "weight": 1.0},
-            {"name": "ted2020", "format": "ted2020", "files": "train/ted2020-sample/TED2020-v1.en-de.sample.tsv", "weight": 0.5},
-            {"name": "own", "format": "st_parallel", "files": "train/own/pairs-{lang}.tsv", "weight": 0.2, "dev": False},
+            {
+                "name": "ted2020",
+                "format": "ted2020",
+                "files": "train/ted2020-sample/TED2020-v1.en-de.sample.tsv",
+                "weight": 0.5,
+            },
+            {
+                "name": "own",
+                "format": "st_parallel",
+                "files": "train/own/pairs-{lang}.tsv",
+                "weight": 0.2,
+                "dev": False,
+            },
         ],
         "dev_pairs_per_language": 25,
         "max_train_pairs": 600,
@@ -202,23 +227,36 @@ def tiny_parallel_params(**overrides):
 @pytest.fixture(scope="module")
 def tiny_raw(tmp_path_factory, mirror_dir):
     raw = tmp_path_factory.mktemp("parallel") / "raw"
-    stage_tiny_raw(raw, mirror_dir, ["de", "es"], {TATOEBA: [TATOEBA_FILE], "train/ted2020-sample": ["TED2020-v1.en-de.sample.tsv"]})
+    stage_tiny_raw(
+        raw,
+        mirror_dir,
+        ["de", "es"],
+        {TATOEBA: [TATOEBA_FILE], "train/ted2020-sample": ["TED2020-v1.en-de.sample.tsv"]},
+    )
     laser = (raw / "eval/tatoeba-laser/tatoeba.deu-eng.deu").read_text(encoding="utf-8").splitlines()
     # a user's own source with a planted evaluation sentence and one malformed row
-    write_lines(raw / "train/own/pairs-de.tsv", [
-        "The first own sentence.\tDer erste eigene Satz.",
-        f"A sentence that must not be trained on.\t{laser[3]}",
-        "broken row without a tab",
-        "The last own sentence.\tDer letzte eigene Satz.",
-    ])
+    write_lines(
+        raw / "train/own/pairs-de.tsv",
+        [
+            "The first own sentence.\tDer erste eigene Satz.",
+            f"A sentence that must not be trained on.\t{laser[3]}",
+            "broken row without a tab",
+            "The last own sentence.\tDer letzte eigene Satz.",
+        ],
+    )
     return raw, laser[3]
 
 
 def run_parallel(raw: Path, out: Path, **overrides) -> dict:
     return build_parallel(
-        raw, ["de", "es"], tiny_parallel_params(**overrides),
-        train_path=out / "data/parallel/train.tsv.gz", dev_path=out / "data/parallel/dev.tsv.gz",
-        dev_mining_path=out / "data/parallel/dev_mining.tsv.gz", metrics_path=out / "metrics/data_report.json", markdown_path=out / "reports/data_report.md",
+        raw,
+        ["de", "es"],
+        tiny_parallel_params(**overrides),
+        train_path=out / "data/parallel/train.tsv.gz",
+        dev_path=out / "data/parallel/dev.tsv.gz",
+        dev_mining_path=out / "data/parallel/dev_mining.tsv.gz",
+        metrics_path=out / "metrics/data_report.json",
+        markdown_path=out / "reports/data_report.md",
         plot_path=out / "plots/data_report.png",
     )
 
@@ -272,8 +310,9 @@ def test_parallel_stage_outputs_report_and_decontamination(tmp_path, tiny_raw):
     assert ted["read"] == 100 and ted["train"] <= 2 * ted["available"]
     markdown = (tmp_path / "reports/data_report.md").read_text()
     assert "| ted2020 | en-de | 100 | 0 |" in markdown and "pairs-de.tsv:3" in markdown
-    assert report["totals"]["skipped_by_format"] == sum(n for reasons in report["skipped"].values()
-                                                        for n in reasons.values())
+    assert report["totals"]["skipped_by_format"] == sum(
+        n for reasons in report["skipped"].values() for n in reasons.values()
+    )
     assert "## Left out by the format (not malformed)" in markdown
     assert (tmp_path / "plots/data_report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "metrics/data_report.json").read_text())["totals"] == report["totals"]
@@ -282,15 +321,23 @@ def test_parallel_stage_outputs_report_and_decontamination(tmp_path, tiny_raw):
 def test_dev_mining_blocks_are_the_last_pairs_in_file_order_and_never_trained_on(tmp_path, tiny_raw):
     raw, _ = tiny_raw
     plain = run_parallel(raw, tmp_path / "plain")
-    assert read_tsv_gz(tmp_path / "plain/data/parallel/dev_mining.tsv.gz") == [["source", "translation", "lang", "corpus"]]
+    assert read_tsv_gz(tmp_path / "plain/data/parallel/dev_mining.tsv.gz") == [
+        ["source", "translation", "lang", "corpus"]
+    ]
     params = tiny_parallel_params(dev_mining_block=40)
     params["sources"][0]["dev_mining"] = True
     report = build_parallel(
-        raw, ["de", "es"], params, train_path=tmp_path / "train.tsv.gz", dev_path=tmp_path / "dev.tsv.gz",
-        dev_mining_path=tmp_path / "dev_mining.tsv.gz", metrics_path=tmp_path / "report.json",
-        markdown_path=tmp_path / "report.md", plot_path=tmp_path / "report.png",
+        raw,
+        ["de", "es"],
+        params,
+        train_path=tmp_path / "train.tsv.gz",
+        dev_path=tmp_path / "dev.tsv.gz",
+        dev_mining_path=tmp_path / "dev_mining.tsv.gz",
+        metrics_path=tmp_path / "report.json",
+        markdown_path=tmp_path / "report.md",
+        plot_path=tmp_path / "report.png",
     )
-    train, dev = read_tsv_gz(tmp_path / "train.tsv.gz")[1:], read_tsv_gz(tmp_path / "dev.tsv.gz")[1:]
+    train = read_tsv_gz(tmp_path / "train.tsv.gz")[1:]
     blocks = read_tsv_gz(tmp_path / "dev_mining.tsv.gz")[1:]
     assert [sum(r[2] == lang for r in blocks) for lang in ("de", "es")] == [40, 40]
     assert {r[3] for r in blocks} == {"tatoeba-challenge"}
@@ -317,7 +364,9 @@ def _tatoeba_pairs(raw: Path, lang: str):
     from xdistill.data.formats import Checkers, read_tatoeba
 
     cleaner = Cleaner(CleaningConfig.from_params(DEDUP), evaluation_sentences(raw), [lang])
-    return cleaner.run("tatoeba-challenge", read_tatoeba(raw / TATOEBA / TATOEBA_FILE.format(lang=lang), lang, Checkers(1.0)))
+    return cleaner.run(
+        "tatoeba-challenge", read_tatoeba(raw / TATOEBA / TATOEBA_FILE.format(lang=lang), lang, Checkers(1.0))
+    )
 
 
 def test_parallel_stage_is_deterministic_and_seed_dependent(tmp_path, tiny_raw):
@@ -346,11 +395,15 @@ def test_cli_reports_missing_raw_folder(tmp_path, capsys):
 
 
 def test_dvc_reruns_parallel_only_when_its_inputs_change(tmp_path, mirror_dir):
-    from pipeline_project import make_pipeline_project, run
+    from testbed.pipeline_project import make_pipeline_project, run
 
     overrides = {
         "corpora": {"datasets": {**TINY_EVAL_DATASETS, TATOEBA: [TATOEBA_FILE]}},
-        "parallel": {"sources": tiny_parallel_params()["sources"][:1], "max_train_pairs": 200, "dev_pairs_per_language": 10},
+        "parallel": {
+            "sources": tiny_parallel_params()["sources"][:1],
+            "max_train_pairs": 200,
+            "dev_pairs_per_language": 10,
+        },
     }
     project = make_pipeline_project(tmp_path / "project", mirror_dir, overrides)
     first = run(["dvc", "repro", "parallel"], project)
@@ -376,14 +429,30 @@ def test_stsb_train_split_is_trained_on_only_with_its_decontamination_off(tmp_pa
     from xdistill.data.normalize import decontamination_key
 
     raw = tmp_path / "raw"
-    stage_tiny_raw(raw, mirror_dir, ["de"], {"eval/stsb-multi-mt": ["data/stsb-en-*.csv", "data/stsb-{lang}-*.csv"],
-                                              "eval/stsb": ["stsbenchmark/sts-*.csv"]})
-    source = {"name": "stsb", "format": "stsb_multi_mt", "files": "eval/stsb-multi-mt/data/stsb-{lang}-train.csv",
-              "dev": False}
+    stage_tiny_raw(
+        raw,
+        mirror_dir,
+        ["de"],
+        {
+            "eval/stsb-multi-mt": ["data/stsb-en-*.csv", "data/stsb-{lang}-*.csv"],
+            "eval/stsb": ["stsbenchmark/sts-*.csv"],
+        },
+    )
+    source = {
+        "name": "stsb",
+        "format": "stsb_multi_mt",
+        "files": "eval/stsb-multi-mt/data/stsb-{lang}-train.csv",
+        "dev": False,
+    }
     params = {"sources": [source], "dev_pairs_per_language": 0, "max_train_pairs": None, "cleaning": dict(DEDUP)}
-    outputs = {"train_path": tmp_path / "train.tsv.gz", "dev_path": tmp_path / "dev.tsv.gz",
-               "dev_mining_path": tmp_path / "dev_mining.tsv.gz", "metrics_path": tmp_path / "report.json",
-               "markdown_path": tmp_path / "report.md", "plot_path": tmp_path / "report.png"}
+    outputs = {
+        "train_path": tmp_path / "train.tsv.gz",
+        "dev_path": tmp_path / "dev.tsv.gz",
+        "dev_mining_path": tmp_path / "dev_mining.tsv.gz",
+        "metrics_path": tmp_path / "report.json",
+        "markdown_path": tmp_path / "report.md",
+        "plot_path": tmp_path / "report.png",
+    }
     with pytest.raises(XdistillError, match="set it to false"):
         build_parallel(raw, ["de"], params, **outputs)
     report = build_parallel(raw, ["de"], {**params, "decontaminate_train_splits": False}, **outputs)
@@ -407,7 +476,9 @@ def test_without_a_cap_every_language_gives_its_pairs_times_the_weight():
     source = {"name": "news", "format": "moses", "files": "train/news.{lang}.gz", "weight": 0.5}
     config = ParallelConfig.from_params({"sources": [source], "max_train_pairs": None, "max_repeats": 3})
     assert _plan(config, {}, {("news", "de"): 1_000_000, ("news", "ar"): 1_000}) == {
-        ("news", "de"): 500_000, ("news", "ar"): 500}
+        ("news", "de"): 500_000,
+        ("news", "ar"): 500,
+    }
 
 
 def test_missing_source_file_and_bad_source_config_fail_clearly(tmp_path, tiny_raw):

@@ -1,4 +1,5 @@
-"""bench/bench_e2e.py runs end to end at its tiny size: cold, warm caches, no-op, train-only change."""
+"""The benchmark ``python -m bench.perf.e2e`` runs end to end at its tiny size: cold, warm caches, no-op,
+train-only change."""
 
 from __future__ import annotations
 
@@ -10,15 +11,29 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-ALL_STAGES = ["corpora", "parallel", "teacher_embed", "train", "start_adapter", "baselines", "evaluate_start",
-              "evaluate", "register"]
+ALL_STAGES = [
+    "corpora",
+    "parallel",
+    "teacher_embed",
+    "train",
+    "start_adapter",
+    "baselines",
+    "evaluate_start",
+    "evaluate",
+    "register",
+]
 
 
 @pytest.mark.slow
 def test_bench_e2e_tiny_measures_cold_warm_noop_and_train_change(tmp_path: Path) -> None:
     rows_file = tmp_path / "rows.json"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_e2e.py"), "--tiny", "--json", str(rows_file)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.perf.e2e", "--tiny", "--json", str(rows_file)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     cold, warm, noop, retrain = (row["details"] for row in json.loads(rows_file.read_text()))
     assert cold["stages_run"] == ALL_STAGES

@@ -16,8 +16,23 @@ from xdistill.env import MIRROR_ENV, find_mirror
 def make_repo(path: Path) -> Path:
     path.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(path)], check=True)
-    subprocess.run(["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
-                    "--allow-empty", "-m", "init"], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(path),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "init",
+        ],
+        check=True,
+    )
     return path
 
 
@@ -38,7 +53,8 @@ def test_mirror_beside_the_checkout_then_beside_its_origin(tmp_path: Path, monke
 
 
 def test_mirror_from_the_environment_and_the_expected_place_when_missing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     repo = make_repo(tmp_path / "alone" / "p")
     monkeypatch.delenv(MIRROR_ENV, raising=False)
     assert find_mirror(repo) == (tmp_path / "alone" / "shared" / "corpora").resolve()  # named in the error
@@ -59,4 +75,3 @@ def test_children_stay_offline_unless_the_user_exported_a_choice(exported: str |
         env["HF_HUB_OFFLINE"] = exported  # the user's choice before xdistill starts: a hub id may resolve
     out = subprocess.run([sys.executable, "-c", CHILD_HUB_SETTING], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == [child_sees, "1"]
-

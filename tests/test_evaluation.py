@@ -20,6 +20,7 @@ from xdistill.evaluation.report import (
     primary_score,
     task_scores,
 )
+from xdistill.evaluation.settings import EvaluationSettings
 from xdistill.evaluation.sts import (
     STS17_TRACKS,
     STSSet,
@@ -30,7 +31,7 @@ from xdistill.evaluation.sts import (
     score_sts_set,
     scored_line_count,
 )
-from xdistill.evaluation.suite import EvaluationSettings, project_2d
+from xdistill.evaluation.suite import project_2d
 from xdistill.evaluation.tatoeba import available_codes, read_tatoeba_pairs, tatoeba_code, tatoeba_scores
 
 
@@ -139,8 +140,9 @@ def test_sts17_tr_en_gold_scores_belong_to_the_first_250_lines(mirror_dir: Path)
 
 def test_sts_input_and_gold_count_mismatch_is_reported(tmp_path: Path):
     with pytest.raises(InputFileError, match="500 input pairs but 250 gold scores in .*STS.gs.track5.en-en.txt"):
-        scored_line_count("en-en", 500, 250, tmp_path / "STS.input.track5.en-en.txt",
-                          tmp_path / "STS.gs.track5.en-en.txt")
+        scored_line_count(
+            "en-en", 500, 250, tmp_path / "STS.input.track5.en-en.txt", tmp_path / "STS.gs.track5.en-en.txt"
+        )
     inputs = tmp_path / "STS2017.eval.v1.1"
     gold = tmp_path / "STS2017.gs"
     inputs.mkdir()
@@ -171,8 +173,10 @@ def test_stsb_multi_mt_reader_handles_quoted_commas(tmp_path: Path):
     path.write_text('"Hello, world.",Bye.,3.5\nA man,"sings, loudly",0.25\n', encoding="utf-8")
     rows = read_stsb_multi_mt(path)
     assert [(r.sentence1, r.sentence2, r.score) for r in rows] == [
-        ("Hello, world.", "Bye.", 3.5), ("A man", "sings, loudly", 0.25)]
-    path.write_text('a,b,1.0\nhello, world,b,2.0\n', encoding="utf-8")
+        ("Hello, world.", "Bye.", 3.5),
+        ("A man", "sings, loudly", 0.25),
+    ]
+    path.write_text("a,b,1.0\nhello, world,b,2.0\n", encoding="utf-8")
     with pytest.raises(InputFileError, match=r"stsb-en-test.csv:2: expected 3 CSV fields"):
         read_stsb_multi_mt(path)
     # a quote left open swallows the rest of the file: the error names the line it opened on
@@ -252,8 +256,11 @@ def test_language_bias_expected_vs_actual():
 
 def test_language_bias_leaves_a_set_that_ranks_nothing_out_of_expected():
     # constant gold scores: that set's Spearman is NaN (not measured), and np.mean made expected NaN
-    bias = language_bias(["en-en", "de-de"], [np.array([0.7, 0.8, 0.9]), np.array([0.1, 0.2, 0.3])],
-                         [np.array([1.0, 2.0, 3.0]), np.array([2.0, 2.0, 2.0])])
+    bias = language_bias(
+        ["en-en", "de-de"],
+        [np.array([0.7, 0.8, 0.9]), np.array([0.1, 0.2, 0.3])],
+        [np.array([1.0, 2.0, 3.0]), np.array([2.0, 2.0, 2.0])],
+    )
     assert math.isnan(bias["per_set"]["de-de"])
     assert bias["expected"] == pytest.approx(100.0)
 
@@ -262,15 +269,33 @@ def test_language_bias_leaves_a_set_that_ranks_nothing_out_of_expected():
 
 
 def toy_results(sts17_average: float, tatoeba_average: float) -> dict:
-    return {"label": "m", "benchmarks": {
-        "sts17": {"scores": {"ar-en": 60.0, "es-en-4a": 70.0, "es-en-4b": 5.0, "tr-en": 50.0, "en-en": 80.0,
-                             "average": sts17_average}},
-        "sts_crosslingual": {"scores": {"en-de": 40.0, "de-en": 30.0, "average": 35.0}},
-        "sts_monolingual": {"scores": {"en-en": 85.0, "de-de": 75.0, "average": 80.0}},
-        "tatoeba": {"scores": {"deu": {"xx2en": 90.0, "en2xx": 80.0, "average": 85.0},
-                               "ara": {"xx2en": 70.0, "en2xx": 50.0, "average": 60.0}, "average": tatoeba_average}},
-        "mining_flores": {"scores": {"de": {"f1": 88.0}, "average": {"f1": 88.0, "precision": 90.0, "recall": 86.0}}},
-    }}
+    return {
+        "label": "m",
+        "benchmarks": {
+            "sts17": {
+                "scores": {
+                    "ar-en": 60.0,
+                    "es-en-4a": 70.0,
+                    "es-en-4b": 5.0,
+                    "tr-en": 50.0,
+                    "en-en": 80.0,
+                    "average": sts17_average,
+                }
+            },
+            "sts_crosslingual": {"scores": {"en-de": 40.0, "de-en": 30.0, "average": 35.0}},
+            "sts_monolingual": {"scores": {"en-en": 85.0, "de-de": 75.0, "average": 80.0}},
+            "tatoeba": {
+                "scores": {
+                    "deu": {"xx2en": 90.0, "en2xx": 80.0, "average": 85.0},
+                    "ara": {"xx2en": 70.0, "en2xx": 50.0, "average": 60.0},
+                    "average": tatoeba_average,
+                }
+            },
+            "mining_flores": {
+                "scores": {"de": {"f1": 88.0}, "average": {"f1": 88.0, "precision": 90.0, "recall": 86.0}}
+            },
+        },
+    }
 
 
 def test_primary_score_and_per_language_scores():
@@ -323,9 +348,11 @@ def test_settings_reject_unknown_keys():
 
 def test_settings_reject_bad_mining_settings_before_any_encoding():
     # checked only where mining reads them, after minutes of encoding the other benchmarks
-    for key, value, problem in (("mining_k", 0, "must be >= 1, got 0"),
-                                ("mining_margin", "cosine", "unknown 'cosine'; choose one of ratio, distance"),
-                                ("mining_retrieval", "both", "unknown 'both'; choose one of fwd, bwd")):
+    for key, value, problem in (
+        ("mining_k", 0, "must be >= 1, got 0"),
+        ("mining_margin", "cosine", "unknown 'cosine'; choose one of ratio, distance"),
+        ("mining_retrieval", "both", "unknown 'both'; choose one of fwd, bwd"),
+    ):
         with pytest.raises(XdistillError, match=rf"params evaluate.{key}\W.*{problem}"):
             EvaluationSettings.from_params({key: value}, ["de"])
 
@@ -345,9 +372,9 @@ def test_teacher_space_alone_still_reads_the_dev_pairs(tmp_path: Path, mirror_di
 
 
 def test_tatoeba_language_selection(mirror_dir: Path):
-    from xdistill.evaluation.base import EvaluationContext
-    from xdistill.evaluation.benchmarks import tatoeba_codes
-    from xdistill.evaluation.suite import EvaluationInputs
+    from xdistill.evaluation.evaluator import EvaluationContext
+    from xdistill.evaluation.settings import EvaluationInputs
+    from xdistill.evaluation.tatoeba_evaluator import tatoeba_codes
 
     inputs = EvaluationInputs(eval_dir=mirror_dir / "eval")
     context = EvaluationContext(EvaluationSettings.from_params({}, ["en", "de", "zh"]), inputs)
@@ -370,8 +397,9 @@ def test_a_bucc_dir_outside_the_staged_evaluation_data_is_refused(tmp_path: Path
         with pytest.raises(XdistillError, match=r"evaluate.bucc_dir must be a folder .*eval/bucc<name>"):
             with prepared_inputs(tmp_path / "raw", settings, None):
                 pass
-    settings = EvaluationSettings.from_params({"benchmarks": ["mining"], "bucc_dir": str(eval_dir / "bucc2018"),
-                                               "mining_flores": False}, ["de"])
+    settings = EvaluationSettings.from_params(
+        {"benchmarks": ["mining"], "bucc_dir": str(eval_dir / "bucc2018"), "mining_flores": False}, ["de"]
+    )
     with prepared_inputs(tmp_path / "raw", settings, None) as inputs:
         assert inputs.bucc_dir == eval_dir / "bucc2018"
 
@@ -381,8 +409,11 @@ def test_dev_pairs_are_spread_over_every_corpus_of_a_language(tmp_path: Path):
     from xdistill.data.parallel_tsv import write_parallel_tsv
     from xdistill.evaluation.dev import dev_pairs_by_language
 
-    rows = [(f"{corpus} source {i}.", f"{corpus} Quelle {i}.", "de", corpus)
-            for corpus in ("multi30k", "tatoeba", "news") for i in range(4)]
+    rows = [
+        (f"{corpus} source {i}.", f"{corpus} Quelle {i}.", "de", corpus)
+        for corpus in ("multi30k", "tatoeba", "news")
+        for i in range(4)
+    ]
     rows.append(("A lone pair.", "Ein Satz.", "es", "news"))
     path = tmp_path / "dev.tsv.gz"
     write_parallel_tsv(path, rows)
@@ -409,3 +440,16 @@ def test_prepared_inputs_build_the_flores_mining_benchmark(tmp_path: Path, mirro
     with pytest.raises(XdistillError, match="evaluation data folder not found"):
         with prepared_inputs(tmp_path / "nowhere", settings, None):
             pass
+
+
+def test_the_settings_groups_are_the_evaluators_groups() -> None:
+    """The settings own the benchmark groups as plain data; the registry refuses any drift from its evaluators."""
+    from xdistill.evaluation.registry import EVALUATORS, check_groups
+    from xdistill.evaluation.settings import BENCHMARK_GROUPS
+
+    check_groups(EVALUATORS, BENCHMARK_GROUPS)
+    assert EvaluationSettings(languages=["en"]).benchmarks == list(BENCHMARK_GROUPS)
+    with pytest.raises(RuntimeError, match="differ from the evaluators' groups"):
+        check_groups(EVALUATORS, (*BENCHMARK_GROUPS, "no_evaluator"))
+    with pytest.raises(RuntimeError, match="differ from the evaluators' groups"):
+        check_groups(EVALUATORS, tuple(reversed(BENCHMARK_GROUPS)))

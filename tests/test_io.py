@@ -10,8 +10,9 @@ import pytest
 import xdistill.io as xio
 
 
-def test_atomic_writes_get_the_umasks_modes_not_private_temp_ones(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_atomic_writes_get_the_umasks_modes_not_private_temp_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(xio, "_UMASK", 0o022)
     written = xio.write_text_atomic(tmp_path / "report.md", "hello\n")
     assert stat.S_IMODE(written.stat().st_mode) == 0o644

@@ -12,7 +12,6 @@ from torch import nn
 
 from xdistill.errors import XdistillError
 from xdistill.training.losses import (
-    same_source_mask,
     LOSS_NAMES,
     MAX_RANKED_PAIRS,
     DistillationObjective,
@@ -23,6 +22,7 @@ from xdistill.training.losses import (
     feature_distillation_loss,
     logit_distillation_loss,
     mse_distillation_loss,
+    same_source_mask,
     similarity_ranking_loss,
 )
 
@@ -139,8 +139,12 @@ def test_similarity_ranking_prefers_the_teachers_order():
     teacher = torch.randn(8, 6, generator=generator, dtype=torch.float64)
     # a student equal to the teacher (on both sides) beats one whose rows are shuffled
     kept = similarity_ranking_loss(teacher, teacher, teacher, scale=20.0)
-    shuffled = similarity_ranking_loss(teacher[torch.randperm(8, generator=generator)],
-                                       teacher[torch.randperm(8, generator=generator)], teacher, scale=20.0)
+    shuffled = similarity_ranking_loss(
+        teacher[torch.randperm(8, generator=generator)],
+        teacher[torch.randperm(8, generator=generator)],
+        teacher,
+        scale=20.0,
+    )
     assert kept.item() < shuffled.item()
 
 
@@ -179,8 +183,7 @@ def test_mse_decreases_when_trained():
 def test_feature_distillation_decreases_when_trained():
     s, g, teacher = _pairs(student_dim=2, teacher_dim=5)
     projection = nn.Linear(2, 5)
-    first, last = _train(lambda: feature_distillation_loss(projection, s, g, teacher),
-                         [s, g, *projection.parameters()])
+    first, last = _train(lambda: feature_distillation_loss(projection, s, g, teacher), [s, g, *projection.parameters()])
     assert last < 0.5 * first
 
 
@@ -252,8 +255,13 @@ def test_objective_is_float32_under_bf16_autocast():
     teacher = torch.randn(8, 16)
     teacher[1] = teacher[0] + 0.03 * torch.randn(16)  # a different sentence, very close
     s, g = torch.randn(8, 16), torch.randn(8, 16)
-    weights = {"mse": 1.0, "feature_distillation": 0.0, "logit_distillation": 1.0, "additive_margin_softmax": 1.0,
-               "similarity_ranking": 1.0}
+    weights = {
+        "mse": 1.0,
+        "feature_distillation": 0.0,
+        "logit_distillation": 1.0,
+        "additive_margin_softmax": 1.0,
+        "similarity_ranking": 1.0,
+    }
     objective = DistillationObjective(weights, student_dim=16, teacher_dim=16)
     _, exact = objective(s, g, teacher)
     with torch.autocast(device_type="cpu", dtype=torch.bfloat16):

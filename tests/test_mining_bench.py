@@ -10,8 +10,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_bench_mining_tiny_runs_and_reports_every_row():
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_mining.py"), "--tiny"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.perf.mining", "--tiny"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| mining")]
     assert len(rows) == 4

@@ -60,9 +60,15 @@ def test_reader_names_file_line_and_problem(tmp_path, side, content, line, probl
     assert f"de-en.test.{suffix}:{line}:" in str(caught.value)
 
 
-@pytest.mark.parametrize(("side", "content", "problem"),
-                         [("gold", "", "no gold pairs"), ("gold", "\n\n", "no gold pairs"), ("xx", "", "no sentences"),
-                          ("en", "\n", "no sentences")])
+@pytest.mark.parametrize(
+    ("side", "content", "problem"),
+    [
+        ("gold", "", "no gold pairs"),
+        ("gold", "\n\n", "no gold pairs"),
+        ("xx", "", "no sentences"),
+        ("en", "\n", "no sentences"),
+    ],
+)
 def test_reader_refuses_a_file_without_content(tmp_path, side, content, problem):
     # an empty file scored F1 0 without a word (an empty sentence file fails the gold ids, unless gold is empty too)
     files = dict(GOOD, **{side: content}, **({"gold": ""} if side != "gold" else {}))
@@ -161,19 +167,35 @@ def minilm():
 
 def write_hidden_copies(folder: Path, splits: tuple[str, str] = ("train", "test")) -> None:
     """A tiny benchmark whose 'xx' side holds exact copies of the gold English sentences."""
-    fillers_xx = ["Bananas are rich in potassium.", "The train leaves at noon.", "He plays the violin.",
-                  "Volcanoes can erupt without warning.", "My grandmother knits scarves."]
-    fillers_en = ["Quantum computers use qubits.", "The museum opens on Sundays.", "Rain fell all night.",
-                  "Penguins live in the southern hemisphere.", "She painted the fence blue."]
-    gold_sentences = {splits[0]: ["The cat sleeps on the sofa.", "Stock markets fell sharply today."],
-                      splits[1]: ["A new bridge was built over the river.", "Children love chocolate cake."]}
+    fillers_xx = [
+        "Bananas are rich in potassium.",
+        "The train leaves at noon.",
+        "He plays the violin.",
+        "Volcanoes can erupt without warning.",
+        "My grandmother knits scarves.",
+    ]
+    fillers_en = [
+        "Quantum computers use qubits.",
+        "The museum opens on Sundays.",
+        "Rain fell all night.",
+        "Penguins live in the southern hemisphere.",
+        "She painted the fence blue.",
+    ]
+    gold_sentences = {
+        splits[0]: ["The cat sleeps on the sofa.", "Stock markets fell sharply today."],
+        splits[1]: ["A new bridge was built over the river.", "Children love chocolate cake."],
+    }
     for split, gold in gold_sentences.items():
         xx = [*gold, *fillers_xx]
         en = [*fillers_en, *gold]
-        write_bucc(folder, "xx", split,
-                   "".join(f"x{i}\t{s}\n" for i, s in enumerate(xx)),
-                   "".join(f"e{i}\t{s}\n" for i, s in enumerate(en)),
-                   "".join(f"x{i}\te{len(fillers_en) + i}\n" for i in range(len(gold))))
+        write_bucc(
+            folder,
+            "xx",
+            split,
+            "".join(f"x{i}\t{s}\n" for i, s in enumerate(xx)),
+            "".join(f"e{i}\t{s}\n" for i, s in enumerate(en)),
+            "".join(f"x{i}\te{len(fillers_en) + i}\n" for i in range(len(gold))),
+        )
 
 
 def test_evaluate_bitext_mining_finds_hidden_copies(minilm, tmp_path):
@@ -185,8 +207,13 @@ def test_evaluate_bitext_mining_finds_hidden_copies(minilm, tmp_path):
     assert metrics["train_f1"] == 1.0 and metrics["n_predicted"] == 2
     assert result["average"]["f1"] == 1.0
     assert "missing file" in result["skipped"]["yy"]
-    assert result["settings"] == {"k": 2, "margin": "ratio", "retrieval": "max", "tune_split": "train",
-                                  "test_split": "test"}
+    assert result["settings"] == {
+        "k": 2,
+        "margin": "ratio",
+        "retrieval": "max",
+        "tune_split": "train",
+        "test_split": "test",
+    }
 
 
 def test_the_official_release_tunes_on_sample_and_scores_training(minilm, tmp_path):
@@ -202,10 +229,13 @@ def test_repeated_sentences_are_mined_once_and_stand_for_every_id(minilm):
     (as rows of their own they filled each other's k-NN lists and one-to-one kept only one of them)."""
     from xdistill.mining.bucc import BuccSplit, mine_split
 
-    xx = ["The cat sleeps on the sofa.", "The cat sleeps on the sofa.", "Rain fell all night.",
-          "He plays the violin."]
-    en = ["Rain fell all night.", "The cat sleeps on the sofa.", "The museum opens on Sundays.",
-          "The cat sleeps on the sofa."]
+    xx = ["The cat sleeps on the sofa.", "The cat sleeps on the sofa.", "Rain fell all night.", "He plays the violin."]
+    en = [
+        "Rain fell all night.",
+        "The cat sleeps on the sofa.",
+        "The museum opens on Sundays.",
+        "The cat sleeps on the sofa.",
+    ]
     split = BuccSplit("xx", "test", ["x0", "x1", "x2", "x3"], xx, ["e0", "e1", "e2", "e3"], en, set())
     pairs = mine_split(minilm, split, k=2, margin="ratio", retrieval="max", batch_size=8)
     mined = {(int(s), int(t)): float(v) for s, t, v in zip(pairs.src, pairs.tgt, pairs.scores)}
@@ -231,14 +261,16 @@ def test_an_empty_file_is_refused_before_anything_is_encoded(tmp_path):
 
 def test_a_bucc_dir_without_files_of_the_languages_is_an_error(tmp_path, mirror_dir):
     from xdistill.errors import XdistillError
-    from xdistill.evaluation.base import EvaluationContext
-    from xdistill.evaluation.benchmarks import MiningEvaluator
-    from xdistill.evaluation.suite import EvaluationInputs, EvaluationSettings
+    from xdistill.evaluation.evaluator import EvaluationContext
+    from xdistill.evaluation.mining_evaluator import MiningEvaluator
+    from xdistill.evaluation.settings import EvaluationInputs, EvaluationSettings
 
     write_hidden_copies(tmp_path, ("sample", "training"))  # "xx" only, the run asks for de
     settings = EvaluationSettings.from_params({"benchmarks": ["mining"]}, ["de"])
     context = EvaluationContext(settings, EvaluationInputs(eval_dir=mirror_dir / "eval", bucc_dir=tmp_path))
-    with pytest.raises(XdistillError, match=r"evaluate.bucc_dir holds no BUCC files of the configured languages "
-                                            r"\(de: missing file"):
+    with pytest.raises(
+        XdistillError,
+        match=r"evaluate.bucc_dir holds no BUCC files of the configured languages "
+        r"\(de: missing file",
+    ):
         MiningEvaluator()(None, context)
-

@@ -42,8 +42,21 @@ def test_mine_command_writes_scored_pairs(corpus_pair, tmp_path, capsys):
     src, tgt = corpus_pair
     out = tmp_path / "pairs.tsv"
     # shard rows 7: 5 x 5 shard blocks per direction exercise the running top-k merge
-    status = main(["mine", str(src), str(tgt), "--model", MODEL, "-o", str(out), "--shard-rows", "7",
-                   "--work-dir", str(tmp_path / "work")])
+    status = main(
+        [
+            "mine",
+            str(src),
+            str(tgt),
+            "--model",
+            MODEL,
+            "-o",
+            str(out),
+            "--shard-rows",
+            "7",
+            "--work-dir",
+            str(tmp_path / "work"),
+        ]
+    )
     assert status == 0
     rows = read_output(out)
     assert len(rows) > 20
@@ -61,8 +74,27 @@ def test_mine_command_writes_scored_pairs(corpus_pair, tmp_path, capsys):
     cut = tmp_path / "cut.tsv"
     threshold = scores[5]
     assert main(["mine", str(src), str(tgt), "--model", MODEL, "-o", str(whole), "--no-progress"]) == 0
-    assert main(["mine", str(src), str(tgt), "--model", MODEL, "-o", str(cut), "--no-progress",
-                 "--threshold", str(threshold), "--retrieval", "intersect", "--margin", "distance"]) == 0
+    assert (
+        main(
+            [
+                "mine",
+                str(src),
+                str(tgt),
+                "--model",
+                MODEL,
+                "-o",
+                str(cut),
+                "--no-progress",
+                "--threshold",
+                str(threshold),
+                "--retrieval",
+                "intersect",
+                "--margin",
+                "distance",
+            ]
+        )
+        == 0
+    )
     assert {(s, t) for _, s, t in read_output(whole)} == {(s, t) for _, s, t in rows}
     assert all(score >= threshold for score, _, _ in read_output(cut))
 
@@ -70,13 +102,11 @@ def test_mine_command_writes_scored_pairs(corpus_pair, tmp_path, capsys):
 def test_mine_command_ivf_and_bad_input(corpus_pair, tmp_path, capsys):
     src, tgt = corpus_pair
     out = tmp_path / "ivf.tsv"
-    assert main(["mine", str(src), str(tgt), "--model", MODEL, "-o", str(out), "--index", "ivf",
-                 "--no-progress"]) == 0
+    assert main(["mine", str(src), str(tgt), "--model", MODEL, "-o", str(out), "--index", "ivf", "--no-progress"]) == 0
     assert len(read_output(out)) > 20
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine\n\xff\xfe broken\n")
-    assert main(["mine", str(bad), str(tgt), "--model", MODEL, "-o", str(tmp_path / "x.tsv"),
-                 "--no-progress"]) == 2
+    assert main(["mine", str(bad), str(tgt), "--model", MODEL, "-o", str(tmp_path / "x.tsv"), "--no-progress"]) == 2
     assert f"{bad}:2: not valid UTF-8" in capsys.readouterr().err
     assert not (tmp_path / "x.tsv").exists()
     assert main(["mine", str(tmp_path / "none.txt"), str(tgt), "--model", MODEL, "-o", str(out)]) == 2
@@ -120,8 +150,7 @@ def test_encode_command_matches_the_encoder(corpus_pair, tmp_path):
 
     src, _ = corpus_pair
     out = tmp_path / "de.npy"
-    assert main(["encode", str(src), "--model", MODEL, "-o", str(out), "--shard-rows", "8",
-                 "--no-progress"]) == 0
+    assert main(["encode", str(src), "--model", MODEL, "-o", str(out), "--shard-rows", "8", "--no-progress"]) == 0
     written = np.load(out)
     expected = load_encoder(MODEL, device="cpu").encode(src.read_text(encoding="utf-8").splitlines())
     assert written.shape == (30, 384) and written.dtype == np.float32
@@ -156,7 +185,8 @@ def test_npy_shards_roundtrip_and_sharded_mining_equals_in_memory(tmp_path):
     sharded = mine_npy(tmp_path / "src.npy", tmp_path / "tgt.npy", shard_rows=128, progress=False)
     in_memory = mine_embeddings(src, tgt)
     assert set(zip(sharded.src.tolist(), sharded.tgt.tolist())) == set(
-        zip(in_memory.src.tolist(), in_memory.tgt.tolist()))
+        zip(in_memory.src.tolist(), in_memory.tgt.tolist())
+    )
     np.testing.assert_allclose(np.sort(sharded.scores), np.sort(in_memory.scores), rtol=1e-5)
     with pytest.raises(Exception, match="expected 1000 embedding rows"):
         write_npy_shards(iter([src[:10]]), 1000, tmp_path / "short.npy")
@@ -164,7 +194,7 @@ def test_npy_shards_roundtrip_and_sharded_mining_equals_in_memory(tmp_path):
     (tmp_path / "junk.npy").write_bytes(b"not an npy")
     with pytest.raises(InputFileError, match="not a readable .npy"):
         NpyRows(tmp_path / "junk.npy")
-    (tmp_path / "cut.npy").write_bytes((tmp_path / "src.npy").read_bytes()[:-4 * 16 * 4])  # four rows short
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "src.npy").read_bytes()[: -4 * 16 * 4])  # four rows short
     with pytest.raises(InputFileError, match=r"cut.npy: truncated: its header promises 1000 x 16 float32"):
         NpyRows(tmp_path / "cut.npy")
     broken = src.copy()
@@ -175,8 +205,9 @@ def test_npy_shards_roundtrip_and_sharded_mining_equals_in_memory(tmp_path):
 
 
 @pytest.mark.parametrize(("rows", "train_rows", "sampled"), [(10, 6, 5), (12, 6, 6), (5, 6, 5), (399, 200, 200)])
-def test_the_ivf_training_sample_stays_within_train_rows(tmp_path, monkeypatch, rows: int, train_rows: int,
-                                                         sampled: int) -> None:
+def test_the_ivf_training_sample_stays_within_train_rows(
+    tmp_path, monkeypatch, rows: int, train_rows: int, sampled: int
+) -> None:
     import xdistill.mining.stream as stream
 
     write_npy_shards(iter([np.eye(rows, 8, dtype=np.float32)]), rows, tmp_path / "corpus.npy")
@@ -185,6 +216,7 @@ def test_the_ivf_training_sample_stays_within_train_rows(tmp_path, monkeypatch, 
     def record(sample, **_):
         seen.append(len(sample))
         raise StopIteration  # the sample is all this test needs
+
     monkeypatch.setattr(stream, "build_index", record)
     with pytest.raises(StopIteration):
         stream._ivf_from_shards(NpyRows(tmp_path / "corpus.npy"), 4, None, 1, train_rows)

@@ -26,8 +26,9 @@ def neighbours_of(similarity: np.ndarray, k: int) -> NeighbourLists:
     """k-NN lists read off a hand-written similarity matrix (rows: source, columns: target)."""
     fwd_ids = np.argsort(-similarity, axis=1, kind="stable")[:, :k]
     bwd_ids = np.argsort(-similarity.T, axis=1, kind="stable")[:, :k]
-    return NeighbourLists(np.take_along_axis(similarity, fwd_ids, 1), fwd_ids,
-                          np.take_along_axis(similarity.T, bwd_ids, 1), bwd_ids)
+    return NeighbourLists(
+        np.take_along_axis(similarity, fwd_ids, 1), fwd_ids, np.take_along_axis(similarity.T, bwd_ids, 1), bwd_ids
+    )
 
 
 def as_set(pairs: MinedPairs) -> set[tuple[int, int]]:

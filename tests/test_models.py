@@ -22,13 +22,13 @@ from xdistill.errors import InputFileError, XdistillError
 from xdistill.models import (
     check_conversion,
     default_prompt,
+    file_hashes,
     load_encoder,
     load_sentence_transformer,
     model_fingerprint,
     resolve_model_dir,
 )
 from xdistill.models.cache import CACHE_ENV
-from xdistill.models import file_hashes
 from xdistill.models.e5_bin import dequantize_q4_0, read_e5_bin
 from xdistill.models.e5_convert import convert_e5, default_e5_bin
 from xdistill.models.fingerprint import folder_digest
@@ -110,7 +110,10 @@ def test_e5_folder_prompt_tokenizer_and_languages(e5_folder: Path) -> None:
     tokenizer = model.tokenizer
     e5 = read_e5_bin(default_e5_bin())
     assert (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.unk_token_id) == (
-        e5.special.bos, e5.special.eos, e5.special.pad, e5.special.unk
+        e5.special.bos,
+        e5.special.eos,
+        e5.special.pad,
+        e5.special.unk,
     )
     ids = tokenizer("query: hallo welt")["input_ids"]
     assert ids[0] == e5.special.bos and ids[-1] == e5.special.eos
@@ -160,7 +163,9 @@ def test_parallel_conversions_convert_once(tmp_path: Path) -> None:
         "from xdistill.models.e5_convert import convert_e5; print(convert_e5(output_dir=sys.argv[1]))"
     )
     procs = [
-        subprocess.Popen([sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         for _ in range(2)
     ]
     results = [proc.communicate(timeout=300) for proc in procs]
@@ -188,7 +193,9 @@ def test_local_folder_spec_gives_same_vectors(tmp_path: Path) -> None:
     shutil.copytree(resolve_model_dir(MINILM), copy)
     assert resolve_model_dir(str(copy)) == copy
     sentences = ["A local copy of the teacher."]
-    np.testing.assert_allclose(load_encoder(str(copy)).encode(sentences), load_encoder(MINILM).encode(sentences), atol=1e-6)
+    np.testing.assert_allclose(
+        load_encoder(str(copy)).encode(sentences), load_encoder(MINILM).encode(sentences), atol=1e-6
+    )
     assert model_fingerprint(str(copy)).split("@")[1] == model_fingerprint(MINILM).split("@")[1]
 
 

@@ -20,12 +20,20 @@ import numpy as np
 import pytest
 import yaml
 
-from pipeline_project import make_pipeline_project, run
-
+from testbed.pipeline_project import make_pipeline_project, run
 from xdistill.registry.register import read_registration
 
-ALL_STAGES = ["corpora", "parallel", "teacher_embed", "train", "start_adapter", "baselines", "evaluate_start",
-              "evaluate", "register"]
+ALL_STAGES = [
+    "corpora",
+    "parallel",
+    "teacher_embed",
+    "train",
+    "start_adapter",
+    "baselines",
+    "evaluate_start",
+    "evaluate",
+    "register",
+]
 SENTENCES = ["The cat sits on the mat.", "Die Katze sitzt auf der Matte.", "El gato está en la alfombra."]
 
 pytestmark = pytest.mark.slow
@@ -88,8 +96,10 @@ def test_first_repro_runs_every_stage_and_writes_every_output(first_repro: First
     models = summary["models"]
     assert models["student-untrained"]["teacher_space_flores_accuracy"] < 5
     # (the default Procrustes head on this 2-layer tiny student: 7.2 % against the untrained one's < 1 %)
-    assert models["student-start"]["teacher_space_flores_accuracy"] > models["student-untrained"][
-        "teacher_space_flores_accuracy"] + 3
+    assert (
+        models["student-start"]["teacher_space_flores_accuracy"]
+        > models["student-untrained"]["teacher_space_flores_accuracy"] + 3
+    )
     assert 0 <= models["student"]["teacher_space_flores_min"] <= models["student"]["teacher_space_flores_accuracy"]
     train = read_json(first_repro.outputs / "metrics/train.json")
     assert train["steps"] == 6 and train["interpolation"]["alpha"] in (0.0, 0.5, 1.0)
@@ -107,8 +117,12 @@ def test_first_repro_runs_every_stage_and_writes_every_output(first_repro: First
     # the student's own output; the untrained start gets one too (what the adapter does without distillation)
     assert train["teacher_adapter"]["pairs"] > 0 and 0 <= train["teacher_adapter"]["dev_teacher_accuracy"] <= 100
     assert (first_repro.outputs / "models/student/teacher_space/config.json").is_file()
-    assert 0 <= models["student"]["teacher_space_adapter_flores_min"] <= models["student"][
-        "teacher_space_adapter_flores_accuracy"] <= 100
+    assert (
+        0
+        <= models["student"]["teacher_space_adapter_flores_min"]
+        <= models["student"]["teacher_space_adapter_flores_accuracy"]
+        <= 100
+    )
     assert "teacher_space_adapter_flores_accuracy" in models["student-start"]
     assert "teacher_space_adapter_flores_accuracy" not in models["student-untrained"]
     for png in ["plots/data_report.png", "plots/train_curves.png", "plots/eval/sts17.png", "plots/eval/tatoeba.png"]:
@@ -142,12 +156,14 @@ def test_trained_student_loads_locally_and_from_the_registry(project: Path, firs
     from xdistill.registry.scores import Scores
     from xdistill.registry.store import client_for
 
-    version = client_for(registered["tracking_uri"]).get_model_version(registered["model_name"],
-                                                                        registered["model_version"])
+    version = client_for(registered["tracking_uri"]).get_model_version(
+        registered["model_name"], registered["model_version"]
+    )
     scores = Scores.from_tags(version.tags)
     assert set(scores.references) == {"student-untrained", "teacher"}
     assert scores.references["student-untrained"].primary == pytest.approx(
-        summary["models"]["student-untrained"]["primary_score"])
+        summary["models"]["student-untrained"]["primary_score"]
+    )
 
 
 def test_train_param_change_reruns_only_train_evaluate_register(project: Path, first_repro: FirstRepro) -> None:
@@ -162,8 +178,15 @@ def test_low_dimensional_student_runs_through_the_same_pipeline(project: Path, f
     """LEALLA-style: a 128-d Dense head trained by feature distillation through a projection."""
     from sentence_transformers import SentenceTransformer
 
-    set_params(project, train={"student.output_dim": 128, "student.align_to_teacher": False,
-                               "loss.mse": 0.0, "loss.feature_distillation": 1.0})
+    set_params(
+        project,
+        train={
+            "student.output_dim": 128,
+            "student.align_to_teacher": False,
+            "loss.mse": 0.0,
+            "loss.feature_distillation": 1.0,
+        },
+    )
     rerun = run(["dvc", "repro"], project)
     # a new student and new loss weights compute no teacher embedding and re-read no data; the new
     # head makes a new starting student
@@ -173,4 +196,5 @@ def test_low_dimensional_student_runs_through_the_same_pipeline(project: Path, f
     summary = read_json(project / "metrics/eval/summary.json")
     assert 0 < summary["models"]["student"]["tatoeba_average"] <= 100
     assert summary["models"]["student"]["sts17_crosslingual_average"] == pytest.approx(
-        summary["sts17_crosslingual_average"])
+        summary["sts17_crosslingual_average"]
+    )

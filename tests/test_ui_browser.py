@@ -1,7 +1,7 @@
 """The Prefect and MLflow UIs as a person uses them, in headless Chromium.
 
 A person starts the stack (scripts/prefect_up.sh, scripts/mlflow_ui.sh: flows/local_stack.py, here on
-free ports of 127.0.0.1 over a throw-away copy of the pipeline, tests/pipeline_project.py), then:
+free ports of 127.0.0.1 over a throw-away copy of the pipeline, testbed/pipeline_project.py), then:
 
 - Prefect UI: Deployments -> distill/cpu -> Run -> Custom run; the form shows every parameter with
   its description and the valid choices; they fill in a tiny run (two languages, a few train
@@ -34,8 +34,6 @@ from typing import Any
 import psutil
 import pytest
 import yaml
-
-from pipeline_project import REPO_ROOT, make_pipeline_project, run
 from ui_browser import (
     VIEWPORT,
     Screens,
@@ -55,12 +53,11 @@ from ui_browser import (
     wait_for_final_state,
 )
 
-sys.path.insert(0, str(REPO_ROOT / "flows"))
-from distill import MLFLOW_UI_ENV  # noqa: E402
-from local_stack import LocalStack, MlflowUi, free_port  # noqa: E402
-
-from xdistill.registry.promotion import DECISION_TAG, REASONS_TAG  # noqa: E402
-from xdistill.registry.store import client_for  # noqa: E402
+from flows.local_stack import LocalStack, MlflowUi, free_port
+from flows.registry_tasks import MLFLOW_UI_ENV
+from testbed.pipeline_project import make_pipeline_project, run
+from xdistill.registry.promotion import DECISION_TAG, REASONS_TAG
+from xdistill.registry.store import client_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -70,12 +67,27 @@ PROJECT_PARAMS: dict[str, Any] = {
     "languages": ["de"],
     "parallel": {"max_train_pairs": 200, "dev_pairs_per_language": 50},
     "train": {"batch_size": 8, "eval_every": 2, "checkpoint_every": 2, "dev_max_pairs": 50},
-    "evaluate": {"benchmarks": ["sts17", "tatoeba"], "sts17_max_pairs": 50, "tatoeba_max_pairs": 100,
-                 "dev_max_pairs": 50, "muse": False, "mining_flores": False},
+    "evaluate": {
+        "benchmarks": ["sts17", "tatoeba"],
+        "sts17_max_pairs": 50,
+        "tatoeba_max_pairs": 100,
+        "dev_max_pairs": 50,
+        "muse": False,
+        "mining_flores": False,
+    },
 }
 EXPERIMENT = "ui-browser-run"
-STAGES = ["corpora", "parallel", "teacher_embed", "train", "start_adapter", "baselines", "evaluate_start",
-          "evaluate", "register"]
+STAGES = [
+    "corpora",
+    "parallel",
+    "teacher_embed",
+    "train",
+    "start_adapter",
+    "baselines",
+    "evaluate_start",
+    "evaluate",
+    "register",
+]
 # a tiny run takes minutes on a quiet machine; 40 min were measured on the 2 loaded cores (nice 19)
 RUN_TIMEOUT_S = 3600
 MODEL_NAME = "xdistill-student"
@@ -124,8 +136,11 @@ def _leftover_processes(base: Path, started_at: float) -> list[str]:
             continue
         cmdline = " ".join(info["cmdline"] or [])
         environ = info["environ"] or {}
-        ours = (proc.pid in mine and (info["create_time"] or 0) >= started_at) or str(base) in cmdline \
+        ours = (
+            (proc.pid in mine and (info["create_time"] or 0) >= started_at)
+            or str(base) in cmdline
             or str(base) in environ.get("PREFECT_HOME", "")
+        )
         if ours:
             found.append(f"{proc.pid}: {cmdline[:160]}")
     return found
@@ -165,10 +180,15 @@ def test_a_custom_run_in_the_prefect_ui_becomes_a_model_version_in_the_mlflow_ui
     open_deployment(page, ui.prefect.ui_url, "distill", "cpu")
     shot(page, "prefect-deployment-distill-cpu")
     run_name = open_custom_run(page)
-    for title, says in [("languages", "English is always the source"), ("teacher", "English teacher model"),
-                        ("student", "multilingual model that is trained"), ("train_steps", "Optimiser steps"),
-                        ("loss_weights", "Weights of the distillation losses"), ("mirror", "offline corpora mirror"),
-                        ("Additive margin softmax", "in-batch negatives")]:
+    for title, says in [
+        ("languages", "English is always the source"),
+        ("teacher", "English teacher model"),
+        ("student", "multilingual model that is trained"),
+        ("train_steps", "Optimiser steps"),
+        ("loss_weights", "Weights of the distillation losses"),
+        ("mirror", "offline corpora mirror"),
+        ("Additive margin softmax", "in-batch negatives"),
+    ]:
         assert says in form_field(page, title).first.inner_text(), f"the form's {title} field lacks its description"
     assert page.get_by_text("Property is type").count() == 0  # no nullable field that only reads "None"
     shot(page, "prefect-custom-run-form", whole=True)
@@ -223,8 +243,9 @@ def test_a_custom_run_in_the_prefect_ui_becomes_a_model_version_in_the_mlflow_ui
 
     # --- MLflow: the run through the Prefect link, its metrics and plots, the model version -------
     client = _registry(ui)
-    mlflow_run = client.search_runs([client.get_experiment_by_name("xdistill").experiment_id],
-                                    f"tags.dvc_experiment = '{EXPERIMENT}'")[0]
+    mlflow_run = client.search_runs(
+        [client.get_experiment_by_name("xdistill").experiment_id], f"tags.dvc_experiment = '{EXPERIMENT}'"
+    )[0]
     assert mlflow_run.data.tags["prefect_flow_run_id"] == flow_run_id
     assert mlflow_run.data.tags["dvc_experiment_rev"] == ref
     summary = json.loads(run(["git", "show", f"{ref}:metrics/eval/summary.json"], ui.project).stdout)

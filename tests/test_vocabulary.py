@@ -11,6 +11,7 @@ from sentence_transformers import SentenceTransformer
 from tests.lightweight_helpers import tatoeba_pairs, tiny_e5_student, write_parallel
 from tests.trainer_helpers import minilm_folder
 from xdistill.errors import XdistillError
+from xdistill.models.backbone import transformer_backbone
 from xdistill.models.vocabulary import (
     DEFAULT_PARALLEL_FILES,
     backend_tokenizer,
@@ -19,7 +20,6 @@ from xdistill.models.vocabulary import (
     trim_vocabulary,
     vocabulary_digest,
 )
-from xdistill.models.backbone import transformer_backbone
 from xdistill.training.student import StudentConfig, build_student, save_student
 
 KEPT = ["de", "ar", "zh", "tr"]
@@ -52,7 +52,8 @@ def students(project: Path, tmp_path_factory):
 
 
 def test_a_corpus_vocabulary_reads_the_runs_own_files_wherever_the_process_runs(
-        project: Path, students, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project: Path, students, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tests.lightweight_helpers import E5_SPEC
 
     _, trimmed = students
@@ -67,8 +68,11 @@ def test_a_corpus_vocabulary_reads_the_runs_own_files_wherever_the_process_runs(
 
 
 def test_corpus_texts_hold_parallel_pairs_and_kept_languages_eval_sets(project: Path) -> None:
-    texts = set(corpus_texts([project / "data/parallel/train.tsv.gz", project / "data/parallel/dev.tsv.gz"],
-                             project / "data/raw"))
+    texts = set(
+        corpus_texts(
+            [project / "data/parallel/train.tsv.gz", project / "data/parallel/dev.tsv.gz"], project / "data/raw"
+        )
+    )
     german_test = tatoeba_pairs("de", 5, skip=100)
     russian_test = tatoeba_pairs("ru", 5, skip=100)
     assert all(en in texts and xx in texts for en, xx in german_test)
@@ -145,9 +149,9 @@ def test_corpus_option_without_parallel_files_names_the_missing_file(tmp_path: P
         tiny_e5_student(vocabulary="corpus")
 
 
-
-def test_a_trimmed_vocabulary_keeps_the_dev_mining_blocks_validation_tokenises(tmp_path: Path,
-                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_trimmed_vocabulary_keeps_the_dev_mining_blocks_validation_tokenises(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The trainer scores the held-out news blocks with the trimmed tokenizer: their names must keep their
     pieces, so it trims over the blocks file too when its run has one (the defaults are the train and dev
     pairs every run has). A header-only blocks file (no source sets dev_mining_block) adds nothing and is no

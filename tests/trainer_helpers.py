@@ -56,7 +56,7 @@ def write_parallel_files(folder: Path, n_train: int = 48, n_dev: int = 24) -> tu
 
 
 def build_store(folder: Path, parallel_files: list[Path]) -> Path:
-    from xdistill.training.teacher_embed import build_teacher_store
+    from xdistill.teacher.embed import build_teacher_store
 
     store = folder / "teacher"
     build_teacher_store(parallel_files, store, {"teacher": TEACHER_SPEC, "batch_size": 32})
@@ -90,8 +90,9 @@ TINY_RUNTIME = {"threads": 1, "log_every": 2}
 
 def write_params(path: Path, train: dict[str, Any], student_spec: str) -> Path:
     path.write_text(
-        yaml.safe_dump({"models": {"teacher": TEACHER_SPEC, "student": student_spec}, "train": train,
-                        "runtime": TINY_RUNTIME}),
+        yaml.safe_dump(
+            {"models": {"teacher": TEACHER_SPEC, "student": student_spec}, "train": train, "runtime": TINY_RUNTIME}
+        ),
         encoding="utf-8",
     )
     return path
@@ -106,19 +107,45 @@ def cli_args(workdir: Path, data: Path, store: Path, params_file: Path) -> list[
     """``xdistill train`` arguments reading and writing nothing of the project it runs in: every output
     under ``workdir``, no dev mining (the project's dev_mining.tsv.gz is not this data's)."""
     return [
-        "train", "--params", str(params_file), "--train", str(data / "train.tsv.gz"),
-        "--dev", str(data / "dev.tsv.gz"), "--teacher-dir", str(store), "--dev-sts", str(stsb_dir()),
-        "--dev-mining", "",
-        "--output", str(workdir / "student"), "--start-output", str(workdir / "student_start"),
-        "--checkpoints", str(workdir / "checkpoints"),
-        "--metrics", str(workdir / "train.json"), "--history", str(workdir / "history.csv"),
-        "--plot", str(workdir / "curves.png"), "--device", "cpu",
+        "train",
+        "--params",
+        str(params_file),
+        "--train",
+        str(data / "train.tsv.gz"),
+        "--dev",
+        str(data / "dev.tsv.gz"),
+        "--teacher-dir",
+        str(store),
+        "--dev-sts",
+        str(stsb_dir()),
+        "--dev-mining",
+        "",
+        "--output",
+        str(workdir / "student"),
+        "--start-output",
+        str(workdir / "student_start"),
+        "--checkpoints",
+        str(workdir / "checkpoints"),
+        "--metrics",
+        str(workdir / "train.json"),
+        "--history",
+        str(workdir / "history.csv"),
+        "--plot",
+        str(workdir / "curves.png"),
+        "--device",
+        "cpu",
     ]
 
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "xdistill.cli.main", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "xdistill.cli.main", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def load_weights(model_dir: Path) -> dict[str, Any]:

@@ -42,9 +42,11 @@ def chromium_path() -> str:
     for candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
-    pytest.fail("the browser tests need Chromium: `make test` installs Debian's package (apt-get install chromium) "
-                f"when it may; otherwise ask an administrator to install it, or set {CHROMIUM_ENV} to a Chromium "
-                "binary; `pytest -m 'not browser'` runs everything else")
+    pytest.fail(
+        "the browser tests need Chromium: `make test` installs Debian's package (apt-get install chromium) "
+        f"when it may; otherwise ask an administrator to install it, or set {CHROMIUM_ENV} to a Chromium "
+        "binary; `pytest -m 'not browser'` runs everything else"
+    )
 
 
 @contextmanager
@@ -55,7 +57,8 @@ def browser_context(profile_dir: Path) -> Iterator[object]:
     executable = chromium_path()
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(profile_dir), executable_path=executable, headless=True, args=CHROMIUM_FLAGS, viewport=VIEWPORT)
+            str(profile_dir), executable_path=executable, headless=True, args=CHROMIUM_FLAGS, viewport=VIEWPORT
+        )
         context.set_default_timeout(ACTION_TIMEOUT_MS)
         try:
             yield context
@@ -107,8 +110,9 @@ def appears(locator: object, timeout_ms: float) -> bool:
 def form_field(page: object, title: str) -> object:
     """A parameter of the Custom run form, by the title the form shows above it."""
     pattern = f"^{title}( \\\\(Optional\\\\))?$"  # titles are plain words
-    return page.locator(f".schema-form-property:has(> .p-label__header "
-                        f".schema-form-property__label:text-matches('{pattern}'))")
+    return page.locator(
+        f".schema-form-property:has(> .p-label__header .schema-form-property__label:text-matches('{pattern}'))"
+    )
 
 
 def choose(page: object, title: str, options: list[str]) -> None:
@@ -185,8 +189,7 @@ def open_artifacts(page: object) -> None:
     page.set_viewport_size(TALL_VIEWPORT)
 
 
-def wait_for_final_state(page: object, timeout_s: float, while_running: object = None,
-                         every_s: float = 2.0) -> str:
+def wait_for_final_state(page: object, timeout_s: float, while_running: object = None, every_s: float = 2.0) -> str:
     """Look at the flow-run page now and then until the run ends, as a person who checks back does;
     ``while_running(page)`` is called at each look while the run is Running. Between looks the tab
     shows a blank page: the flow-run page re-renders on every poll, and on two cores that rendering

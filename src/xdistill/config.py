@@ -29,8 +29,9 @@ def _adapter(cls: type) -> TypeAdapter:
     return TypeAdapter(cls)
 
 
-def parse_section(cls: type[T], section: Mapping[str, Any] | None, where: str, *, null_is_default: bool = False,
-                  **fixed: Any) -> T:
+def parse_section(
+    cls: type[T], section: Mapping[str, Any] | None, where: str, *, null_is_default: bool = False, **fixed: Any
+) -> T:
     """``cls`` built from ``section`` (plus ``fixed`` values that do not come from params.yaml).
 
     ``where`` names the section in errors, e.g. ``"train.student"``; ``null_is_default``: a key
@@ -41,10 +42,13 @@ def parse_section(cls: type[T], section: Mapping[str, Any] | None, where: str, *
     values = {k: v for k, v in (section or {}).items() if not (null_is_default and v is None)}
     shadowed = sorted(set(values) & set(fixed))
     if shadowed:  # set elsewhere (models.student, train.max_seq_length, ...): a value here would be ignored
-        raise XdistillError(f"params {where}: unknown keys {shadowed} (known: "
-                            f"{sorted(k for k in getattr(cls, '__dataclass_fields__', {}) if k not in fixed)})")
+        raise XdistillError(
+            f"params {where}: unknown keys {shadowed} (known: "
+            f"{sorted(k for k in getattr(cls, '__dataclass_fields__', {}) if k not in fixed)})"
+        )
     try:
-        return _adapter(cls).validate_python({**values, **fixed})
+        dataclass_type: type = cls  # the cache's Hashable argument: mypy does not see type[T] as one
+        return _adapter(dataclass_type).validate_python({**values, **fixed})
     except ValidationError as exc:
         raise XdistillError(describe(exc, cls, where, fixed)) from None
 
@@ -67,6 +71,10 @@ def describe(exc: ValidationError, cls: type, where: str, fixed: Mapping[str, An
         values.append(f"params {where}{'.' + key if key else ''}: {error['msg'].removeprefix('Value error, ')}{value}")
     clauses = []
     for parent, keys in unknown.items():
-        known = "" if parent else f" (known: {sorted(k for k in getattr(cls, '__dataclass_fields__', {}) if k not in fixed)})"
+        known = (
+            ""
+            if parent
+            else f" (known: {sorted(k for k in getattr(cls, '__dataclass_fields__', {}) if k not in fixed)})"
+        )
         clauses.append(f"params {'.'.join((where, *parent))}: unknown keys {sorted(keys)}{known}")
     return "; ".join(clauses + values)

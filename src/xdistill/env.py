@@ -77,8 +77,12 @@ def find_mirror(repo_root: str | Path) -> Path:
 def _local_origin(repo_root: Path) -> Path | None:
     """The folder ``remote.origin.url`` names when it is a local path (None for a remote host)."""
     try:
-        url = subprocess.run(["git", "-C", str(repo_root), "config", "--get", "remote.origin.url"],
-                             capture_output=True, text=True, timeout=30).stdout.strip()
+        url = subprocess.run(
+            ["git", "-C", str(repo_root), "config", "--get", "remote.origin.url"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     url = url.removeprefix("file://")

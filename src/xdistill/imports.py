@@ -5,9 +5,12 @@ and :func:`code_digest`, which keys the trainer's checkpoints by the code that p
 
 Every ``import`` / ``from ... import`` of an ``xdistill`` module counts, at module level or inside a
 function (the package imports heavy modules lazily), except those under ``if TYPE_CHECKING:``, which
-never run. Importing ``xdistill.a.b`` runs ``xdistill/__init__.py`` and ``xdistill/a/__init__.py``
-too, so parent packages are edges as well. ``from xdistill.a import b`` is an edge to the
-sub-module ``xdistill.a.b`` when that is a module, and to the package ``xdistill.a`` in any case.
+never run: :meth:`ImportGraph.closure` (the stage deps, :func:`code_digest`) follows runtime imports
+only. The cycle check can count ``TYPE_CHECKING`` imports too (:meth:`ImportGraph.cycles`): a type-only
+import of a module that imports back still ties the two into one knot. Importing ``xdistill.a.b`` runs
+``xdistill/__init__.py`` and ``xdistill/a/__init__.py`` too, so parent packages are edges as well.
+``from xdistill.a import b`` is an edge to the sub-module ``xdistill.a.b`` when that is a module, and
+to the package ``xdistill.a`` in any case.
 """
 
 from __future__ import annotations
@@ -43,19 +46,26 @@ class ImportGraph:
 
     @cached_property
     def edges(self) -> dict[str, set[str]]:
+        """Module -> the modules it imports at runtime (``if TYPE_CHECKING:`` blocks left out)."""
         return {name: self._imports_of(name) for name in self.files}
 
-    def _imports_of(self, name: str) -> set[str]:
+    @cached_property
+    def typing_edges(self) -> dict[str, set[str]]:
+        """Module -> the modules it imports, those under ``if TYPE_CHECKING:`` included."""
+        return {name: self._imports_of(name, include_type_checking=True) for name in self.files}
+
+    def _imports_of(self, name: str, include_type_checking: bool = False) -> set[str]:
         tree = ast.parse(self.files[name].read_text(encoding="utf-8"), filename=str(self.files[name]))
+        nodes = ast.walk(tree) if include_type_checking else _runtime_nodes(tree)
         targets: set[str] = set()
-        for node in _runtime_nodes(tree):
+        for node in nodes:
             if isinstance(node, ast.Import):
                 targets.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
                 base = self._absolute(name, node)
                 targets.add(base)
                 targets.update(f"{base}.{alias.name}" for alias in node.names)
-        found = set()
+        found: set[str] = set()
         for target in targets:
             if target.split(".")[0] != PACKAGE:
                 continue
@@ -89,11 +99,13 @@ class ImportGraph:
         body = ast.parse(self.files[name].read_text(encoding="utf-8")).body
         return any(not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)) for s in body)
 
-    def cycles(self, within: str = PACKAGE) -> list[list[str]]:
-        """Import cycles among the modules under ``within`` (each cycle as a list of modules)."""
+    def cycles(self, within: str = PACKAGE, *, include_type_checking: bool = False) -> list[list[str]]:
+        """Import cycles among the modules under ``within`` (each cycle as a list of modules); with
+        ``include_type_checking``, imports under ``if TYPE_CHECKING:`` count as edges too."""
+        edges = self.typing_edges if include_type_checking else self.edges
         names = [n for n in self.files if n == within or n.startswith(within + ".")]
         # a package's __init__ importing its own sub-modules is how packages re-export, not a cycle
-        graph = {n: {t for t in self.edges[n] if t in names and not t.startswith(n + ".")} for n in names}
+        graph = {n: {t for t in edges[n] if t in names and not t.startswith(n + ".")} for n in names}
         return [component for component in _strongly_connected(graph) if len(component) > 1]
 
 
@@ -109,7 +121,8 @@ def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -170,4 +183,3 @@ def code_digest(module: str, src_dir: Path | None = None) -> str:
         digest.update(f"{path.relative_to(graph.src_dir).as_posix()}\0".encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
-

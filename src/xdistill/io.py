@@ -96,7 +96,9 @@ def load_params(section: str | None = None, path: str | Path = PARAMS_FILE) -> d
         line = mark.line + 1 if mark is not None else None
         raise InputFileError(path, f"invalid YAML: {getattr(exc, 'problem', exc)}", line) from exc
     if not isinstance(params, dict):
-        raise InputFileError(path, f"expected a mapping of sections (languages:, models:, ...), found a {type(params).__name__}")
+        raise InputFileError(
+            path, f"expected a mapping of sections (languages:, models:, ...), found a {type(params).__name__}"
+        )
     if section is None:
         return params
     if section not in params:

@@ -2,7 +2,7 @@
 
 Lines are embedded in shards and appended to the output, so files larger than memory work;
 the ``.npy`` (float32, L2-normalised rows) appears only once complete. ``--teacher-space`` writes a
-student's teacher-space output instead (:mod:`xdistill.models.teacher_adapter`): vectors that sit
+student's teacher-space output instead (:mod:`xdistill.adapter.model`): vectors that sit
 beside the teacher's own, so they query (or extend) an index the teacher built.
 """
 
@@ -21,22 +21,39 @@ logger = logging.getLogger(__name__)
 @click.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--model", required=True, help="model spec: pypi:<name>, a local folder or a hub id")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="output .npy file")
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
-              help="sentences per forward pass")
-@click.option("--shard-rows", type=click.IntRange(min=1), default=10_000, show_default=True,
-              help="sentences embedded and written per shard (bounds memory)")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="output .npy file")
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="sentences per forward pass"
+)
+@click.option(
+    "--shard-rows",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="sentences embedded and written per shard (bounds memory)",
+)
 @click.option("--device", default=None, help="torch device (default: automatic)")
 @backend_option
-@click.option("--teacher-space", is_flag=True,
-              help="write the student's teacher-space output (its adapter), to search an index built by the teacher")
+@click.option(
+    "--teacher-space",
+    is_flag=True,
+    help="write the student's teacher-space output (its adapter), to search an index built by the teacher",
+)
 @click.option("--no-progress", is_flag=True, help="hide the progress bar")
-def command(file: Path, model: str, output: Path, batch_size: int, shard_rows: int, device: str | None,
-            backend: str, teacher_space: bool, no_progress: bool) -> int:
+def command(
+    file: Path,
+    model: str,
+    output: Path,
+    batch_size: int,
+    shard_rows: int,
+    device: str | None,
+    backend: str,
+    teacher_space: bool,
+    no_progress: bool,
+) -> int:
     """Embed FILE (UTF-8, one sentence per line) into a .npy of float32, L2-normalised rows."""
+    from xdistill.adapter.model import load_encoder_with_adapter
     from xdistill.mining.stream import LineFile, encode_file
-    from xdistill.models.teacher_adapter import load_encoder_with_adapter
 
     lines = LineFile(file)  # fail on a bad input before loading the model (and index the file once)
     encoder = load_encoder_with_adapter(model, device=device, backend=backend, teacher_space=teacher_space)

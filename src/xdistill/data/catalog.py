@@ -26,7 +26,9 @@ from xdistill.io import write_text_atomic
 _GITHUB_RAW = "https://raw.githubusercontent.com"
 
 CANONICAL_URLS: dict[str, str] = {
-    "eval/tatoeba-laser": f"{_GITHUB_RAW}/facebookresearch/LASER/74bc6ae7ffb7cba670fe0f428d0ede9f666fb821/data/tatoeba/v1/{{name}}",
+    "eval/tatoeba-laser": (
+        f"{_GITHUB_RAW}/facebookresearch/LASER/74bc6ae7ffb7cba670fe0f428d0ede9f666fb821/data/tatoeba/v1/{{name}}"
+    ),
     "eval/flores200-devtest": (
         f"{_GITHUB_RAW}/Helsinki-NLP/OPUS-MT-testsets/ac0f19c0be3cb4e0d9450fcb2d7a9847c4bdd180"
         "/datasets/facebook/flores/flores200_dataset/devtest/{name}"
@@ -96,7 +98,7 @@ def checksums() -> dict[str, tuple[str, int]]:
 def known_files(dataset: str) -> list[str]:
     """Dataset-relative names of the catalogued files of ``dataset``."""
     prefix = dataset.rstrip("/") + "/"
-    return [rel[len(prefix):] for rel in checksums() if rel.startswith(prefix)]
+    return [rel[len(prefix) :] for rel in checksums() if rel.startswith(prefix)]
 
 
 def expected_checksum(path: str) -> tuple[str, int] | None:

@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from xxhash import xxh3_64_intdigest
 
@@ -86,7 +86,7 @@ class SeenPairs:
     of ``source + TAB + translation`` (unambiguous: normalised text never holds a tab). XXH3 rather
     than Python's ``hash``: the latter is salted per process, so which pairs a run wrongly took for
     duplicates varied between runs and the stage's output with them; XXH3 is the same in every
-    process, and costs ~0.1 us more per pair (bench/bench_parallel.py). With the default 2**28 bits
+    process, and costs ~0.1 us more per pair (bench/perf/parallel.py). With the default 2**28 bits
     (32 MiB) the chance that a new pair is wrongly taken for a duplicate stays under 1e-7 up to 1M
     pairs and is about 4e-4 at 10M pairs (:meth:`false_positive_rate`, shown in the report); raise
     ``dedup_bits_log2`` for bigger inputs.
@@ -159,7 +159,9 @@ def load_language_identifier(languages: Iterable[str], min_confidence: float = 0
     try:
         from py3langid.langid import MODEL_FILE, LanguageIdentifier
     except ImportError as exc:
-        raise XdistillError("parallel.cleaning.language_id needs the py3langid package (pip install py3langid)") from exc
+        raise XdistillError(
+            "parallel.cleaning.language_id needs the py3langid package (pip install py3langid)"
+        ) from exc
     identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
     identifier.set_languages(sorted({"en", *languages}))
 
@@ -225,7 +227,8 @@ class Cleaner:
         """Clean one corpus's stream; yields the surviving, normalised triples."""
         cfg, evaluation, seen = self.config, self.evaluation, self.seen
         max_chars = cfg.max_chars or 0
-        max_tokens, count_tokens = cfg.max_tokens or 0, self.token_counter
+        # __init__ loads a token counter whenever max_tokens is set, and it is called only then
+        max_tokens, count_tokens = cfg.max_tokens or 0, cast(Callable[[str], int], self.token_counter)
         max_ratio, ratio_min = cfg.max_length_ratio or 0.0, cfg.ratio_min_chars
         wrong_language, lid_min = self.wrong_language, cfg.lid_min_chars
         by_lang: dict[str, StepCounts] = {}
@@ -245,8 +248,10 @@ class Cleaner:
                 drop(counts, "empty", corpus, lang, raw_source, raw_translation)
                 continue
             len_s, len_t = len(source), len(translation)
-            if max_chars and (len_s > max_chars or len_t > max_chars) or (
-                max_tokens and (count_tokens(source) > max_tokens or count_tokens(translation) > max_tokens)
+            if (
+                max_chars
+                and (len_s > max_chars or len_t > max_chars)
+                or (max_tokens and (count_tokens(source) > max_tokens or count_tokens(translation) > max_tokens))
             ):
                 drop(counts, "too_long", corpus, lang, source, translation)
                 continue
@@ -266,7 +271,8 @@ class Cleaner:
                 drop(counts, "duplicate", corpus, lang, source, translation)
                 continue
             if wrong_language is not None and (
-                (len_t >= lid_min and wrong_language(translation, lang)) or (len_s >= lid_min and wrong_language(source, "en"))
+                (len_t >= lid_min and wrong_language(translation, lang))
+                or (len_s >= lid_min and wrong_language(source, "en"))
             ):
                 drop(counts, "language_id", corpus, lang, source, translation)
                 continue

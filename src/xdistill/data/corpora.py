@@ -42,9 +42,7 @@ class StagedFile:
     origin: str  # a local file path or a URL
 
 
-def select_files(
-    datasets: dict[str, list[str]], languages: Iterable[str], mirror: Path | None
-) -> list[str]:
+def select_files(datasets: dict[str, list[str]], languages: Iterable[str], mirror: Path | None) -> list[str]:
     """Mirror-relative paths of every file the configuration needs, sorted and unique.
 
     A pattern with language placeholders that matches nothing for a language is fine (not every
@@ -98,7 +96,8 @@ def plan_origins(paths: list[str], mirror: Path | None, base_url: str | None, ur
         else:
             raise XdistillError(
                 f"{dataset}: no public URL serves this dataset as the mirror holds it (it was re-packed, "
-                "see its MANIFEST.md); set corpora.mirror to a mirror folder or corpora.base_url to a copy served over HTTP"
+                "see its MANIFEST.md); set corpora.mirror to a mirror folder or corpora.base_url to a copy served "
+                "over HTTP"
             )
         plan.append(StagedFile(path, origin))
     return plan
@@ -111,7 +110,8 @@ def _open_origin(origin: str):
             raise InputFileError(path, "file missing from the corpora mirror")
         return open(path, "rb")
     try:
-        return urllib.request.urlopen(origin, timeout=DOWNLOAD_TIMEOUT_S)  # noqa: S310 (http/https/file by design)
+        # http, https and file URLs by design (corpora.base_url may be a local copy)
+        return urllib.request.urlopen(origin, timeout=DOWNLOAD_TIMEOUT_S)
     except (urllib.error.URLError, OSError) as exc:
         raise XdistillError(f"{origin}: download failed: {getattr(exc, 'reason', exc)}") from exc
 
@@ -193,4 +193,3 @@ def stage_corpora(
         write_json_atomic(tmp / "MANIFEST.json", manifest)
     log.info("data/raw: %d files, %.1f MB", len(files), manifest["total_bytes"] / 1e6)
     return manifest
-

@@ -51,7 +51,7 @@ def _first_invalid_utf8_line(path: Path) -> int | None:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as whole:
-        return data[:whole.start].count(b"\n") + 1
+        return data[: whole.start].count(b"\n") + 1
     return None
 
 
@@ -103,8 +103,6 @@ class STSbRow:
     score: float
 
 
-
-
 def read_stsbenchmark(path: Path) -> list[STSbRow]:
     """An original STS Benchmark file (tab-separated, the sentences in fields 6 and 7)."""
     path = Path(path)
@@ -112,9 +110,12 @@ def read_stsbenchmark(path: Path) -> list[STSbRow]:
     for number, line in _numbered_lines(path, "STS Benchmark file"):
         fields = line.split("\t")
         if len(fields) < STSB_MIN_FIELDS:
-            raise InputFileError(path, f"expected at least {STSB_MIN_FIELDS} tab-separated fields "
-                                       f"(genre, file, year, id, score, sentence1, sentence2), found {len(fields)}",
-                                 number)
+            raise InputFileError(
+                path,
+                f"expected at least {STSB_MIN_FIELDS} tab-separated fields "
+                f"(genre, file, year, id, score, sentence1, sentence2), found {len(fields)}",
+                number,
+            )
         rows.append(STSbRow(fields[5], fields[6], _score(path, fields[4], number)))
     return rows
 
@@ -138,10 +139,14 @@ def read_stsb_multi_mt(path: str | Path) -> list[STSbRow]:
                     raise InputFileError(path, f"malformed CSV ({exc}); an unclosed quote?", start) from None
                 if len(fields) != 3:
                     # a quote left open swallows the lines after it into one field
-                    spans = f"; the row runs on to line {reader.line_num}: an unclosed quote?" \
-                        if reader.line_num > start else ""
+                    spans = (
+                        f"; the row runs on to line {reader.line_num}: an unclosed quote?"
+                        if reader.line_num > start
+                        else ""
+                    )
                     raise InputFileError(
-                        path, f"expected 3 CSV fields (sentence1, sentence2, score), found {len(fields)}{spans}", start)
+                        path, f"expected 3 CSV fields (sentence1, sentence2, score), found {len(fields)}{spans}", start
+                    )
                 rows.append(STSbRow(fields[0], fields[1], _score(path, fields[2], start)))
     except UnicodeDecodeError:
         raise InputFileError(path, "not valid UTF-8", _first_invalid_utf8_line(path)) from None
@@ -160,8 +165,11 @@ def check_rows_aligned(english: list[STSbRow], translated: list[STSbRow], path: 
         raise InputFileError(path, f"{len(translated)} rows, but the English file of its split has {len(english)}")
     for number, (en_row, xx_row) in enumerate(zip(english, translated), start=1):
         if abs(en_row.score - xx_row.score) > 1e-6:
-            raise InputFileError(path, f"score {xx_row.score} differs from the English row's {en_row.score}: "
-                                       "rows are not aligned", number)
+            raise InputFileError(
+                path,
+                f"score {xx_row.score} differs from the English row's {en_row.score}: rows are not aligned",
+                number,
+            )
 
 
 # ---------------------------------------------------------------- Tatoeba
@@ -234,7 +242,9 @@ def read_id_sentences(path: str | Path) -> tuple[list[str], list[str]]:
     seen: set[str] = set()
     for number, fields in _tab_lines(Path(path)):
         if len(fields) != 2:
-            raise InputFileError(path, f"expected 'id<TAB>sentence', found {len(fields)} tab-separated field(s)", number)
+            raise InputFileError(
+                path, f"expected 'id<TAB>sentence', found {len(fields)} tab-separated field(s)", number
+            )
         sentence_id, sentence = fields[0].strip(), fields[1].strip()
         if not sentence_id:
             raise InputFileError(path, "empty sentence id", number)
@@ -332,6 +342,9 @@ def evaluation_files(raw_dir: str | Path, train_splits: bool = True) -> list[tup
     found = []
     for folder_glob, file_glob, reader in EVALUATION_SETS:
         for folder in sorted(eval_dir.glob(folder_glob)):
-            found += [(p, reader) for p in sorted(folder.rglob(file_glob))
-                      if p.is_file() and not p.name.endswith(".gold") and (train_splits or not is_train_split(p))]
+            found += [
+                (p, reader)
+                for p in sorted(folder.rglob(file_glob))
+                if p.is_file() and not p.name.endswith(".gold") and (train_splits or not is_train_split(p))
+            ]
     return found

@@ -30,10 +30,10 @@ import contextlib
 import gzip
 import logging
 import zlib
-from itertools import zip_longest
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +93,13 @@ class RowChecker:
             )
 
     def summary(self) -> dict[str, Any]:
-        return {"rows": self.rows, "bad": self.bad, "reasons": dict(self.reasons), "quotes": list(self.quotes),
-                "skipped": dict(self.skipped)}
+        return {
+            "rows": self.rows,
+            "bad": self.bad,
+            "reasons": dict(self.reasons),
+            "quotes": list(self.quotes),
+            "skipped": dict(self.skipped),
+        }
 
 
 class Checkers:
@@ -233,9 +238,11 @@ def iter_rows(
             continue
         # cheap pre-test on the first cell before the full header comparison
         first = cells[0]
-        if len(first) <= _LONGEST_HEADER_WORD and (
-            first == first_header[0] if first_header else first.strip().lower() in _SOURCE_HEADER_WORDS
-        ) and _is_header(cells, first_header, languages):
+        if (
+            len(first) <= _LONGEST_HEADER_WORD
+            and (first == first_header[0] if first_header else first.strip().lower() in _SOURCE_HEADER_WORDS)
+            and _is_header(cells, first_header, languages)
+        ):
             checker.reject(line_no, "stray header row", text)
             continue
         yield line_no, cells
@@ -276,8 +283,11 @@ def _read_header(path: Path, checker: RowChecker) -> list[str]:
             return [c.strip() for c in text.split("\t")]
         break
     if header_checker.bad:  # e.g. a CR LF file: every line rejected, so nothing is read at all
-        raise InputFileError(path, f"unreadable header row ({next(iter(header_checker.reasons))}); expected "
-                                   "language codes separated by tabs", 1)
+        raise InputFileError(
+            path,
+            f"unreadable header row ({next(iter(header_checker.reasons))}); expected language codes separated by tabs",
+            1,
+        )
     raise InputFileError(path, "empty file (expected a header row of language codes)")
 
 
@@ -307,24 +317,26 @@ def extract_ted2020(
     return {lang: (n_train, n_dev) for lang, (n_train, n_dev) in counts.items()}
 
 
-def read_st_parallel(
-    path: Path, lang: str | None, columns: list[str] | None, checkers: Checkers
-) -> Iterator[Triple]:
+def read_st_parallel(path: Path, lang: str | None, columns: list[str] | None, checkers: Checkers) -> Iterator[Triple]:
     """Generic sentence-transformers parallel TSV: column 1 English, columns 2..n translations."""
     checker = checkers.for_file(path)
     if columns:
         shape: int | tuple[int, int] = 1 + len(columns)
+        languages = columns
     elif lang:
         shape = (2, _MANY_COLUMNS)
+        languages = [lang]
     else:
-        raise XdistillError(f"{path}: st_parallel needs 'columns' (languages of columns 2..n) or a {{lang}} file pattern")
-    for _, cells in iter_rows(path, checker, shape, languages=columns or [lang]):
+        raise XdistillError(
+            f"{path}: st_parallel needs 'columns' (languages of columns 2..n) or a {{lang}} file pattern"
+        )
+    for _, cells in iter_rows(path, checker, shape, languages=languages):
         english = cells[0]
         if not english:
             checker.skip("empty English cell")
             continue
         for position, translation in enumerate(cells[1:]):
-            target = columns[position] if columns else lang
+            target = columns[position] if columns else languages[0]
             if translation:
                 yield target, english, translation
             else:

@@ -56,7 +56,9 @@ def expand(pattern: str, lang: str) -> str:
     try:
         return pattern.format(**placeholders(lang))
     except KeyError as exc:
-        raise XdistillError(f"file pattern '{pattern}': unknown placeholder {exc} (use {{lang}}, {{lang3}}, {{flores}})") from exc
+        raise XdistillError(
+            f"file pattern '{pattern}': unknown placeholder {exc} (use {{lang}}, {{lang3}}, {{flores}})"
+        ) from exc
 
 
 def known_codes() -> set[str]:

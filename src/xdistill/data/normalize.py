@@ -90,4 +90,5 @@ def inner_sentences(text: str) -> list[str]:
 def holds_evaluation_sentence(text: str, evaluation: set[str] | frozenset[str]) -> bool:
     """Whether ``text`` or one of its :func:`inner_sentences` is, by :func:`decontamination_key`, in ``evaluation``."""
     return decontamination_key(text) in evaluation or any(
-        decontamination_key(piece) in evaluation for piece in inner_sentences(text))
+        decontamination_key(piece) in evaluation for piece in inner_sentences(text)
+    )

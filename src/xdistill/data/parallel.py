@@ -25,27 +25,28 @@ import logging
 import random
 import tempfile
 from collections import Counter, deque
-from contextlib import ExitStack
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.data import report as data_report
 from xdistill.data.clean import Cleaner, CleaningConfig
 from xdistill.data.decontaminate import evaluation_sentences
 from xdistill.data.formats import Checkers
-from xdistill.data.parallel_tsv import write_parallel_tsv
 from xdistill.data.normalize import decontamination_key
+from xdistill.data.parallel_tsv import write_parallel_tsv
 from xdistill.data.sampling import Reservoir, interleave, repeat_and_select, source_targets, split_evenly
 from xdistill.data.sources import SourceSpec, read_source
-from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.io import atomic_path
 
 log = logging.getLogger(__name__)
+
 
 @dataclass
 class _ParallelSettings:
@@ -91,7 +92,8 @@ class ParallelConfig(_ParallelSettings):
         if train_split_readers and settings.decontaminate_train_splits:
             raise XdistillError(
                 f"parallel.sources {train_split_readers}: format stsb_multi_mt reads the STS Benchmark's train split, "
-                "which decontamination removes while parallel.decontaminate_train_splits is true; set it to false")
+                "which decontamination removes while parallel.decontaminate_train_splits is true; set it to false"
+            )
         return cls(sources=sources, cleaning=cleaning, **asdict(settings))
 
 
@@ -144,7 +146,9 @@ def build_parallel(
         # the three files replace the old ones together, on success only: a new train file beside an old
         # dev file could hold its pairs
         train_tmp, dev_tmp, mining_tmp = (together.enter_context(atomic_path(path)) for path in finals)
-        spools, reservoirs, blocks = _clean_into_spools(config, raw_dir, languages, checkers, cleaner, Path(folder), rng)
+        spools, reservoirs, blocks = _clean_into_spools(
+            config, raw_dir, languages, checkers, cleaner, Path(folder), rng
+        )
         dev_rows = _dev_rows(reservoirs)
         block_rows = [item for key in sorted(blocks) for item in blocks[key]]
         held_rows = dev_rows + block_rows  # a pair in both counts once below
@@ -157,12 +161,23 @@ def build_parallel(
         write_parallel_tsv(dev_tmp, (row for _, row in dev_rows))
         write_parallel_tsv(mining_tmp, (row for _, row in block_rows))
     report = data_report.assemble(
-        languages, config, cleaner, checkers, _count_by_source(dev_rows), overlap, available, written,
+        languages,
+        config,
+        cleaner,
+        checkers,
+        _count_by_source(dev_rows),
+        overlap,
+        available,
+        written,
         _count_by_source(block_rows),
     )
     data_report.write_all(report, metrics_path, markdown_path, plot_path)
-    log.info("parallel: %d train pairs, %d dev pairs, %d dev mining pairs", sum(written.values()), len(dev_rows),
-             len(block_rows))
+    log.info(
+        "parallel: %d train pairs, %d dev pairs, %d dev mining pairs",
+        sum(written.values()),
+        len(dev_rows),
+        len(block_rows),
+    )
     return report
 
 
@@ -188,7 +203,9 @@ def _clean_into_spools(
     blocks: dict[tuple[str, str], deque] = {}
     for spec in config.sources:
         triples = cleaner.run(spec.name, read_source(spec, raw_dir, languages, checkers))
-        for lang, source, translation in tqdm(triples, desc=f"clean {spec.name}", unit=" pairs", mininterval=5, leave=False):
+        for lang, source, translation in tqdm(
+            triples, desc=f"clean {spec.name}", unit=" pairs", mininterval=5, leave=False
+        ):
             spool = spools.get((spec.name, lang))
             if spool is None:
                 spool = spools[(spec.name, lang)] = _Spool(folder, spec.name, lang)
@@ -202,6 +219,7 @@ def _clean_into_spools(
     for spool in spools.values():
         spool.close()
     for (name, lang), tail in blocks.items():
+        assert tail.maxlen is not None  # every block is made with maxlen=dev_mining_block
         if len(tail) < tail.maxlen:
             log.warning("dev mining: only %d pairs for %s en-%s (wanted %d)", len(tail), name, lang, tail.maxlen)
     return spools, reservoirs, {key: list(tail) for key, tail in blocks.items()}
@@ -217,14 +235,20 @@ def _dev_rows(reservoirs: dict[str, Reservoir]) -> list[tuple[int, tuple[str, st
 
 
 def _is_held_out(key, source, translation, dev_keys, dev_sentences) -> bool:
-    return key in dev_keys or decontamination_key(source) in dev_sentences or decontamination_key(translation) in dev_sentences
+    return (
+        key in dev_keys
+        or decontamination_key(source) in dev_sentences
+        or decontamination_key(translation) in dev_sentences
+    )
 
 
 def _held_out_rows(spools, dev_keys, dev_sentences) -> dict[tuple[str, str], frozenset[int]]:
     """Per spool, the rows training must skip: the held-out pairs and every pair sharing a sentence with one
     (found in one pass; the train pass then tests row numbers only)."""
     return {
-        key: frozenset(index for index, s, t in spool.pairs() if _is_held_out((*key, index), s, t, dev_keys, dev_sentences))
+        key: frozenset(
+            index for index, s, t in spool.pairs() if _is_held_out((*key, index), s, t, dev_keys, dev_sentences)
+        )
         for key, spool in spools.items()
     }
 
@@ -263,4 +287,3 @@ def _write_train(train_path, spools, plan, available, held, rng) -> dict[tuple[s
     streams = {key: (plan[key], stream(key)) for key in sorted(spools)}
     write_parallel_tsv(train_path, interleave(streams, rng))
     return {key: plan[key] for key in spools}
-

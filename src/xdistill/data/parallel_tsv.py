@@ -41,8 +41,9 @@ class ParallelPairs:
         if n is None or n >= len(self):
             return self
         rows = evenly_spaced(len(self), n)
-        return ParallelPairs([self.sources[i] for i in rows], [self.translations[i] for i in rows],
-                             [self.langs[i] for i in rows])
+        return ParallelPairs(
+            [self.sources[i] for i in rows], [self.translations[i] for i in rows], [self.langs[i] for i in rows]
+        )
 
 
 def write_parallel_tsv(path: str | Path, rows: Iterable[Sequence[str]]) -> None:
@@ -94,8 +95,10 @@ def read_parallel_pairs(path: str | Path) -> ParallelPairs:
             for line_no, row in enumerate(rows, start=2):
                 if len(row) != len(HEADER) or not row[0].strip() or not row[1].strip():
                     raise InputFileError(
-                        path, f"expected a non-empty source and translation ({len(HEADER)} columns), got {row!r}",
-                        line_no)
+                        path,
+                        f"expected a non-empty source and translation ({len(HEADER)} columns), got {row!r}",
+                        line_no,
+                    )
                 sources.append(row[0])
                 translations.append(row[1])
                 langs.append(row[2])

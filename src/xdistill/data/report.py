@@ -14,8 +14,9 @@ from xdistill.data.clean import DROP_STEPS
 from xdistill.io import atomic_path, write_json_atomic, write_text_atomic
 
 
-def assemble(languages, config, cleaner, checkers, dev_counts, overlap, available, written,
-             dev_mining_counts=None) -> dict[str, Any]:
+def assemble(
+    languages, config, cleaner, checkers, dev_counts, overlap, available, written, dev_mining_counts=None
+) -> dict[str, Any]:
     """Collect the counts of one run into the report dict."""
     sources: dict[str, dict[str, dict[str, int]]] = {}
     for (corpus, lang), counts in sorted(cleaner.counts.items()):
@@ -36,7 +37,10 @@ def assemble(languages, config, cleaner, checkers, dev_counts, overlap, availabl
         sources.setdefault(corpus, {})[lang] = row
     malformed = {path: c.summary() for path, c in sorted(checkers.by_file.items()) if c.bad}
     skipped = {path: dict(c.skipped) for path, c in sorted(checkers.by_file.items()) if c.skipped}
-    totals = {key: sum(r[key] for per in sources.values() for r in per.values()) for key in ("read", "kept", "dev", "dev_mining", "train")}
+    totals = {
+        key: sum(r[key] for per in sources.values() for r in per.values())
+        for key in ("read", "kept", "dev", "dev_mining", "train")
+    }
     totals["kept_after_cleaning"] = totals.pop("kept")
     totals["malformed_rows"] = sum(m["bad"] for m in malformed.values())
     totals["skipped_by_format"] = sum(n for reasons in skipped.values() for n in reasons.values())
@@ -64,7 +68,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         "",
         f"Languages: {', '.join(report['languages'])}. Per source and language pair: pairs read, dropped by "
         "each cleaning step (in chain order), kept, held out for dev, held out as the dev mining block "
-        "(the last pairs in file order), dropped for sharing a sentence with a held-out pair, and drawn into the training file (weights: "
+        "(the last pairs in file order), dropped for sharing a sentence with a held-out pair, and drawn into the "
+        "training file (weights: "
         + ", ".join(f"{k} {v:g}" for k, v in report["weights"].items())
         + f"; small sources repeated). Decontaminated against {report['evaluation_sentences']:,} evaluation sentences.",
         "",
@@ -73,15 +78,25 @@ def to_markdown(report: dict[str, Any]) -> str:
     ]
     for corpus, per_lang in report["sources"].items():
         for lang, row in per_lang.items():
-            cells = [corpus, f"en-{lang}", f"{row['read']:,}", *(f"{row['dropped'][s]:,}" for s in steps),
-                     f"{row['kept']:,}", f"{row['dev']:,}", f"{row.get('dev_mining', 0):,}", f"{row['dev_overlap']:,}", f"**{row['train']:,}**"]
+            cells = [
+                corpus,
+                f"en-{lang}",
+                f"{row['read']:,}",
+                *(f"{row['dropped'][s]:,}" for s in steps),
+                f"{row['kept']:,}",
+                f"{row['dev']:,}",
+                f"{row.get('dev_mining', 0):,}",
+                f"{row['dev_overlap']:,}",
+                f"**{row['train']:,}**",
+            ]
             lines.append("| " + " | ".join(cells) + " |")
     totals = report["totals"]
     lines += [
         "",
         f"**Total**: {totals['read']:,} pairs read, {totals['kept_after_cleaning']:,} after cleaning, "
-        f"{totals['dev']:,} dev, {totals.get('dev_mining', 0):,} dev mining, {totals['train']:,} train; {totals['malformed_rows']:,} malformed rows skipped "
-        f"in {totals['files_read']} files. Duplicate filter false-positive rate: {report['dedup_false_positive_rate']:.1e}.",
+        f"{totals['dev']:,} dev, {totals.get('dev_mining', 0):,} dev mining, {totals['train']:,} train; "
+        f"{totals['malformed_rows']:,} malformed rows skipped in {totals['files_read']} files. "
+        f"Duplicate filter false-positive rate: {report['dedup_false_positive_rate']:.1e}.",
         "",
         "## What each filter dropped (first examples)",
         "",
@@ -111,11 +126,13 @@ def plot(report: dict[str, Any], path: str | Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    rows = [(f"{c} en-{l}", r) for c, per in report["sources"].items() for l, r in per.items()]
+    rows = [(f"{c} en-{lang}", r) for c, per in report["sources"].items() for lang, r in per.items()]
     labels = [name for name, _ in rows] or ["(no data)"]
     y = np.arange(len(labels))
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 2.2 + 0.45 * len(labels)), sharey=True)
-    for offset, (key, label) in zip((-0.27, 0, 0.27), (("read", "read"), ("kept", "after cleaning"), ("train", "train"))):
+    for offset, (key, label) in zip(
+        (-0.27, 0, 0.27), (("read", "read"), ("kept", "after cleaning"), ("train", "train"))
+    ):
         left.barh(y + offset, [r[key] for _, r in rows] or [0], height=0.27, label=label)
     left.set_xscale("log")
     left.set_xlim(left=1)

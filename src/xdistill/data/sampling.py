@@ -52,7 +52,9 @@ def fill_in_proportion(total: int, weights: dict[str, float], limits: dict[str, 
     return out
 
 
-def source_targets(available: dict[str, int], weights: dict[str, float], cap: int | None, max_repeats: float) -> dict[str, int]:
+def source_targets(
+    available: dict[str, int], weights: dict[str, float], cap: int | None, max_repeats: float
+) -> dict[str, int]:
     """How many training pairs to draw from each source.
 
     With a ``cap``, sources share it in proportion to their weights (the paper draws roughly equal

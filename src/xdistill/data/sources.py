@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.data import formats
 from xdistill.data.languages import expand
-from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import InputFileError, XdistillError
 
 log = logging.getLogger(__name__)
@@ -55,15 +55,20 @@ class SourceSpec:
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
-            raise XdistillError(f"parallel.sources[{self.name}]: unknown format '{self.format}' (one of {', '.join(FORMATS)})")
+            raise XdistillError(
+                f"parallel.sources[{self.name}]: unknown format '{self.format}' (one of {', '.join(FORMATS)})"
+            )
         if self.weight < 0:
             raise XdistillError(f"parallel.sources[{self.name}]: weight must be >= 0")
         if self.english_side not in ("src", "trg"):
-            raise XdistillError(f"parallel.sources[{self.name}]: english_side must be 'src' or 'trg', "
-                                f"not {self.english_side!r}")
+            raise XdistillError(
+                f"parallel.sources[{self.name}]: english_side must be 'src' or 'trg', not {self.english_side!r}"
+            )
         if self.source_column not in (0, 1):
-            raise XdistillError(f"parallel.sources[{self.name}]: source_column must be 0 or 1 (a two-column "
-                                f"word list), not {self.source_column!r}")
+            raise XdistillError(
+                f"parallel.sources[{self.name}]: source_column must be 0 or 1 (a two-column "
+                f"word list), not {self.source_column!r}"
+            )
 
     def covered_languages(self, languages: Iterable[str]) -> list[str]:
         wanted = list(languages)
@@ -78,13 +83,17 @@ def source_files(spec: SourceSpec, raw_dir: Path, languages: Iterable[str]) -> d
         if path.is_file():
             found[lang] = path
         elif spec.languages is not None:
-            raise InputFileError(path, f"source '{spec.name}' lists language '{lang}' but its file is missing from data/raw")
+            raise InputFileError(
+                path, f"source '{spec.name}' lists language '{lang}' but its file is missing from data/raw"
+            )
         else:
             log.info("source %s: no %s file for %s, skipped", spec.name, path.name, lang)
     return found
 
 
-def read_source(spec: SourceSpec, raw_dir: Path, languages: Iterable[str], checkers: formats.Checkers) -> Iterator[formats.Triple]:
+def read_source(
+    spec: SourceSpec, raw_dir: Path, languages: Iterable[str], checkers: formats.Checkers
+) -> Iterator[formats.Triple]:
     """Stream the triples of one source for the configured languages."""
     languages = spec.covered_languages(languages)
     if spec.format in ("ted2020", "st_parallel") and "{" not in spec.files:
@@ -101,7 +110,9 @@ def read_source(spec: SourceSpec, raw_dir: Path, languages: Iterable[str], check
         yield from _read_language_file(spec, raw_dir, lang, path, checkers)
 
 
-def _read_language_file(spec: SourceSpec, raw_dir: Path, lang: str, path: Path, checkers: formats.Checkers) -> Iterator[formats.Triple]:
+def _read_language_file(
+    spec: SourceSpec, raw_dir: Path, lang: str, path: Path, checkers: formats.Checkers
+) -> Iterator[formats.Triple]:
     if spec.format == "tatoeba":
         return formats.read_tatoeba(path, lang, checkers)
     if spec.format == "wmt":

@@ -26,6 +26,7 @@ def language_bias(
     per_set = {name: spearman_x100(pred, gold) for name, pred, gold in zip(set_names, predictions, golds)}
     # a set whose gold scores rank nothing (NaN) is not measured: it drops out, as in every other average
     expected = mean_or_nan(list(per_set.values()))
-    actual = spearman_x100(np.concatenate([np.ravel(p) for p in predictions]),
-                           np.concatenate([np.ravel(g) for g in golds]))
+    actual = spearman_x100(
+        np.concatenate([np.ravel(p) for p in predictions]), np.concatenate([np.ravel(g) for g in golds])
+    )
     return {"expected": expected, "actual": actual, "difference": actual - expected, "per_set": per_set}

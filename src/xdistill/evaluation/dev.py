@@ -57,8 +57,12 @@ def evaluate_dev(
         source_emb = encoder.encode(sources, batch_size=batch_size)
         translation_emb = encoder.encode(translations, batch_size=batch_size)
         retrieval = tatoeba_scores(translation_emb, source_emb)
-        scores = {"accuracy_xx2en": retrieval["xx2en"], "accuracy_en2xx": retrieval["en2xx"],
-                  "accuracy": retrieval["average"], "n": len(sources)}
+        scores = {
+            "accuracy_xx2en": retrieval["xx2en"],
+            "accuracy_en2xx": retrieval["en2xx"],
+            "accuracy": retrieval["average"],
+            "n": len(sources),
+        }
         if teacher is not None and teacher.dimension == encoder.dimension:
             teacher_emb = teacher.encode(sources, batch_size=batch_size)
             scores["mse_source_x100"] = mse_x100(teacher_emb, source_emb)

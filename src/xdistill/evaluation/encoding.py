@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from xdistill.models.encoders import Encoder
 
 # a progress bar for batches at least this large (long encodings must show progress)
 PROGRESS_BAR_MIN_SENTENCES = 1000
@@ -20,7 +23,7 @@ class CachedEncoder:
     encoder's up to batch composition (padding does not change a sentence's embedding).
     """
 
-    def __init__(self, encoder: Any, batch_size: int = 64, show_progress_bar: bool = False) -> None:
+    def __init__(self, encoder: Encoder, batch_size: int = 64, show_progress_bar: bool = False) -> None:
         self.encoder = encoder
         self.spec = getattr(encoder, "spec", str(encoder))
         self.dimension = int(encoder.dimension)
@@ -35,21 +38,26 @@ class CachedEncoder:
         """The wrapped student's teacher-space output (its adapter applied to this memo's vectors), if it has one."""
         adapter = getattr(self.encoder, "teacher_adapter", None)
         if adapter is not None and self._teacher_space is None:
-            from xdistill.models.teacher_adapter import TeacherSpaceEncoder
+            from xdistill.adapter.model import TeacherSpaceEncoder
 
             self._teacher_space = CachedEncoder(TeacherSpaceEncoder(self, adapter), self.batch_size)
         return self._teacher_space
 
-    def encode(self, texts: Sequence[str], batch_size: int | None = None, show_progress_bar: bool = False,
-               **_: Any) -> np.ndarray:
+    def encode(
+        self, texts: Sequence[str], batch_size: int | None = None, show_progress_bar: bool = False, **_: Any
+    ) -> np.ndarray:
         """Embeddings of ``texts`` (float32 rows, in order), encoding only unseen sentences."""
         texts = list(texts)
         missing = list(dict.fromkeys(t for t in texts if t not in self._memo))
         if missing:
             vectors = np.asarray(
-                self.encoder.encode(missing, batch_size=batch_size or self.batch_size,
-                                    show_progress_bar=self.show_progress_bar or show_progress_bar
-                                    or len(missing) >= PROGRESS_BAR_MIN_SENTENCES),
+                self.encoder.encode(
+                    missing,
+                    batch_size=batch_size or self.batch_size,
+                    show_progress_bar=self.show_progress_bar
+                    or show_progress_bar
+                    or len(missing) >= PROGRESS_BAR_MIN_SENTENCES,
+                ),
                 dtype=np.float32,
             )
             self._memo.update(zip(missing, vectors))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from scipy.stats import rankdata
 
@@ -50,7 +52,7 @@ def paired_cosine(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     return np.sum(first * second, axis=1) / np.maximum(norms, 1e-12)
 
 
-def mean_or_nan(values: list[float]) -> float:
+def mean_or_nan(values: Sequence[float | None]) -> float:
     """Mean of the finite values; NaN when there is none (an average over nothing is undefined).
 
     None and NaN both mean "not measured" here (a benchmark not configured, a set whose gold scores

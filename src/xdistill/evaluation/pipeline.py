@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,8 @@ from xdistill.errors import InputFileError, XdistillError
 from xdistill.evaluation.encoding import CachedEncoder
 from xdistill.evaluation.plots import write_plots
 from xdistill.evaluation.report import write_benchmark_outputs, write_summary
-from xdistill.evaluation.suite import EvaluationInputs, EvaluationSettings, evaluate_model, evaluation_protocol
+from xdistill.evaluation.settings import EvaluationInputs, EvaluationSettings, evaluation_protocol
+from xdistill.evaluation.suite import evaluate_model
 from xdistill.io import atomic_path, write_json_atomic
 
 logger = logging.getLogger(__name__)
@@ -48,7 +49,9 @@ def baseline_specs(models: dict[str, str], settings: EvaluationSettings) -> dict
 
 
 @contextlib.contextmanager
-def prepared_inputs(raw_dir: str | Path, settings: EvaluationSettings, dev_path: str | Path | None) -> Iterator[EvaluationInputs]:
+def prepared_inputs(
+    raw_dir: str | Path, settings: EvaluationSettings, dev_path: str | Path | None
+) -> Iterator[EvaluationInputs]:
     """The run's inputs; builds the FLORES BUCC-style mining benchmarks in a temporary folder.
 
     A benchmark is deterministic for a seed (see :mod:`xdistill.mining.flores`), so building it
@@ -73,9 +76,13 @@ def prepared_inputs(raw_dir: str | Path, settings: EvaluationSettings, dev_path:
 
             for repeat in range(settings.mining_repeats):
                 folder = Path(tmp) / f"flores-bucc-{repeat}"
-                build_flores_bucc(eval_dir / "flores200-devtest", folder,
-                                  [lang for lang in settings.languages if lang != "en"],
-                                  seed=settings.mining_seed + repeat, gold_share=settings.mining_gold_share)
+                build_flores_bucc(
+                    eval_dir / "flores200-devtest",
+                    folder,
+                    [lang for lang in settings.languages if lang != "en"],
+                    seed=settings.mining_seed + repeat,
+                    gold_share=settings.mining_gold_share,
+                )
                 flores_mining.append(folder)
         yield EvaluationInputs(eval_dir=eval_dir, dev_path=dev, flores_mining_dirs=tuple(flores_mining), bucc_dir=bucc)
 
@@ -88,22 +95,29 @@ def _checked_bucc_dir(eval_dir: Path, bucc_dir: str | None) -> Path | None:
     if not bucc.is_dir():
         raise XdistillError(f"{bucc}: evaluate.bucc_dir is not a folder")
     if not is_decontaminated_bucc_folder(eval_dir, bucc):
-        raise XdistillError(f"{bucc}: evaluate.bucc_dir must be a folder {eval_dir}/bucc<name>: only BUCC files "
-                            "staged there are kept out of the training data (stage them with corpora.datasets)")
+        raise XdistillError(
+            f"{bucc}: evaluate.bucc_dir must be a folder {eval_dir}/bucc<name>: only BUCC files "
+            "staged there are kept out of the training data (stage them with corpora.datasets)"
+        )
     return bucc
 
 
 def _load_encoder(spec: str, batch_size: int, adapter_from: str | Path | None = None) -> CachedEncoder:
     """The model behind ``spec`` (with its teacher-space adapter, where it has one: in its own folder or in
     ``adapter_from``), wrapped so each distinct sentence is embedded once per run."""
-    from xdistill.models.teacher_adapter import load_encoder_with_adapter
+    from xdistill.adapter.model import load_encoder_with_adapter
 
     logger.info("loading %s", spec)
     return CachedEncoder(load_encoder_with_adapter(spec, adapter_from=adapter_from), batch_size=batch_size)
 
 
-def run_baselines(settings: EvaluationSettings, models: dict[str, str], raw_dir: str | Path,
-                  dev_path: str | Path | None, out_dir: str | Path) -> dict[str, dict[str, Any]]:
+def run_baselines(
+    settings: EvaluationSettings,
+    models: dict[str, str],
+    raw_dir: str | Path,
+    dev_path: str | Path | None,
+    out_dir: str | Path,
+) -> dict[str, dict[str, Any]]:
     """Evaluate every reference model; write ``out_dir/<label>.json`` (the folder replaced atomically)."""
     specs = baseline_specs(models, settings)
     results: dict[str, dict[str, Any]] = {}
@@ -111,8 +125,10 @@ def run_baselines(settings: EvaluationSettings, models: dict[str, str], raw_dir:
         teacher = _load_encoder(specs[TEACHER_LABEL], settings.batch_size)
         for label, spec in specs.items():
             encoder = teacher if label == TEACHER_LABEL else _load_encoder(spec, settings.batch_size)
-            results[label] = {**evaluate_model(encoder, label, settings, inputs, teacher=teacher),
-                              "settings": settings.as_dict()}
+            results[label] = {
+                **evaluate_model(encoder, label, settings, inputs, teacher=teacher),
+                "settings": settings.as_dict(),
+            }
             logger.info("%s (%s): evaluated in %.0f s", label, spec, results[label]["seconds"])
             del encoder
     with atomic_path(out_dir, is_dir=True) as tmp:
@@ -158,38 +174,64 @@ def ordered(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {label: results[label] for label in sorted(results, key=lambda x: (rank.get(x, len(rank)), x))}
 
 
-def write_outputs(all_results: dict[str, dict[str, Any]], primary_label: str, languages: list[str],
-                  metrics_dir: str | Path, reports_dir: str | Path, plots_dir: str | Path,
-                  protocol: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_outputs(
+    all_results: dict[str, dict[str, Any]],
+    primary_label: str,
+    languages: list[str],
+    metrics_dir: str | Path,
+    reports_dir: str | Path,
+    plots_dir: str | Path,
+    protocol: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Metrics, tables, summary and plots; each output folder replaced as a whole, atomically."""
     all_results = ordered(all_results)
-    with atomic_path(metrics_dir, is_dir=True) as metrics_tmp, atomic_path(reports_dir, is_dir=True) as reports_tmp, \
-            atomic_path(plots_dir, is_dir=True) as plots_tmp:
+    with (
+        atomic_path(metrics_dir, is_dir=True) as metrics_tmp,
+        atomic_path(reports_dir, is_dir=True) as reports_tmp,
+        atomic_path(plots_dir, is_dir=True) as plots_tmp,
+    ):
         write_benchmark_outputs(all_results, metrics_tmp, reports_tmp)
         summary = write_summary(all_results, primary_label, languages, metrics_tmp, reports_tmp, protocol)
         write_plots(all_results, plots_tmp)
     return summary
 
 
-def run_start_evaluation(settings: EvaluationSettings, start_spec: str, teacher_spec: str, raw_dir: str | Path,
-                         dev_path: str | Path | None, out_dir: str | Path,
-                         adapter_from: str | Path | None = None) -> dict[str, Any]:
+def run_start_evaluation(
+    settings: EvaluationSettings,
+    start_spec: str,
+    teacher_spec: str,
+    raw_dir: str | Path,
+    dev_path: str | Path | None,
+    out_dir: str | Path,
+    adapter_from: str | Path | None = None,
+) -> dict[str, Any]:
     """Evaluate the student as training started into ``out_dir/student-start.json`` (its own DVC stage,
     so recipes that share the starting student share this evaluation through DVC's run cache), with the
     teacher-space adapter in ``adapter_from`` where that folder holds one (the ``start_adapter`` stage's)."""
     with prepared_inputs(raw_dir, settings, dev_path) as inputs:
         teacher = _load_encoder(teacher_spec, settings.batch_size)
         model = _load_encoder(start_spec, settings.batch_size, adapter_from)
-        result = {**evaluate_model(model, START_LABEL, settings, inputs, teacher=teacher), "settings": settings.as_dict()}
+        result = {
+            **evaluate_model(model, START_LABEL, settings, inputs, teacher=teacher),
+            "settings": settings.as_dict(),
+        }
     logger.info("%s (%s): evaluated in %.0f s", START_LABEL, start_spec, result["seconds"])
     with atomic_path(out_dir, is_dir=True) as tmp:
         write_json_atomic(tmp / f"{START_LABEL}.json", result)
     return result
 
 
-def run_student_evaluation(settings: EvaluationSettings, student_spec: str, teacher_spec: str, raw_dir: str | Path,
-                           dev_path: str | Path | None, baselines_dirs: list[str | Path], metrics_dir: str | Path,
-                           reports_dir: str | Path, plots_dir: str | Path) -> dict[str, Any]:
+def run_student_evaluation(
+    settings: EvaluationSettings,
+    student_spec: str,
+    teacher_spec: str,
+    raw_dir: str | Path,
+    dev_path: str | Path | None,
+    baselines_dirs: Sequence[str | Path],
+    metrics_dir: str | Path,
+    reports_dir: str | Path,
+    plots_dir: str | Path,
+) -> dict[str, Any]:
     """Evaluate the trained student and write every output with the stored baselines side by side."""
     baselines: dict[str, dict[str, Any]] = {}
     for folder in baselines_dirs:
@@ -197,10 +239,19 @@ def run_student_evaluation(settings: EvaluationSettings, student_spec: str, teac
     with prepared_inputs(raw_dir, settings, dev_path) as inputs:
         teacher = _load_encoder(teacher_spec, settings.batch_size)
         student = _load_encoder(student_spec, settings.batch_size)
-        result = {**evaluate_model(student, STUDENT_LABEL, settings, inputs, teacher=teacher),
-                  "settings": settings.as_dict()}
+        result = {
+            **evaluate_model(student, STUDENT_LABEL, settings, inputs, teacher=teacher),
+            "settings": settings.as_dict(),
+        }
     logger.info("student (%s): evaluated in %.0f s", student_spec, result["seconds"])
-    summary = write_outputs({**baselines, STUDENT_LABEL: result}, STUDENT_LABEL, settings.languages,
-                            metrics_dir, reports_dir, plots_dir, evaluation_protocol(settings.as_dict()))
+    summary = write_outputs(
+        {**baselines, STUDENT_LABEL: result},
+        STUDENT_LABEL,
+        settings.languages,
+        metrics_dir,
+        reports_dir,
+        plots_dir,
+        evaluation_protocol(settings.as_dict()),
+    )
     logger.info("primary score %.2f (student)", summary.get("primary_score", float("nan")))
     return summary

@@ -9,10 +9,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from xdistill.io import atomic_path  # noqa: E402
+from xdistill.io import atomic_path
 
 
 def _save(figure: plt.Figure, path: Path) -> Path:
@@ -22,8 +22,14 @@ def _save(figure: plt.Figure, path: Path) -> Path:
     return path
 
 
-def grouped_bars(groups: list[str], series: Mapping[str, list[float | None]], title: str, ylabel: str,
-                 path: Path) -> Path:
+def _or_minus_one(value: float | None) -> float:
+    """A missing value ranks below every score."""
+    return value if value is not None else -1.0
+
+
+def grouped_bars(
+    groups: list[str], series: Mapping[str, list[float | None]], title: str, ylabel: str, path: Path
+) -> Path:
     """One group of bars per language/track, one bar per model (missing values left out)."""
     figure, axis = plt.subplots(figsize=(max(6.0, 0.9 * len(groups) * max(1, len(series)) / 2 + 2), 4.2))
     width = 0.8 / max(1, len(series))
@@ -31,7 +37,9 @@ def grouped_bars(groups: list[str], series: Mapping[str, list[float | None]], ti
     for offset, (label, values) in enumerate(series.items()):
         heights = [np.nan if v is None else v for v in values]
         axis.bar(positions + (offset - (len(series) - 1) / 2) * width, heights, width, label=label)
-    axis.set_xticks(positions, groups, rotation=30 if len(groups) > 8 else 0, ha="right" if len(groups) > 8 else "center")
+    axis.set_xticks(
+        positions, groups, rotation=30 if len(groups) > 8 else 0, ha="right" if len(groups) > 8 else "center"
+    )
     axis.set_ylabel(ylabel)
     axis.set_title(title)
     axis.axhline(0, color="black", linewidth=0.6)
@@ -40,19 +48,20 @@ def grouped_bars(groups: list[str], series: Mapping[str, list[float | None]], ti
     return _save(figure, path)
 
 
-def ranked_lines(groups: list[str], series: Mapping[str, list[float | None]], title: str, ylabel: str,
-                 path: Path) -> Path:
+def ranked_lines(
+    groups: list[str], series: Mapping[str, list[float | None]], title: str, ylabel: str, path: Path
+) -> Path:
     """Many groups (e.g. 112 languages) ordered by the first series, high to low, one line per model.
 
     Bars stop being readable past a few dozen groups; a ranked profile shows where each model
     gains or loses against the first one at a glance.
     """
     reference = next(iter(series.values()))
-    order = sorted(range(len(groups)), key=lambda i: -(reference[i] if reference[i] is not None else -1.0))
+    order = sorted(range(len(groups)), key=lambda i: -_or_minus_one(reference[i]))
     figure, axis = plt.subplots(figsize=(max(8.0, 0.12 * len(groups) + 2), 4.5))
     positions = np.arange(len(groups))
     for label, values in series.items():
-        heights = [np.nan if values[i] is None else values[i] for i in order]
+        heights = [np.nan if value is None else value for value in (values[i] for i in order)]
         axis.plot(positions, heights, marker="o", markersize=2.5, linewidth=0.9, label=label)
     axis.set_xticks(positions, [groups[i] for i in order], rotation=90, fontsize=5)
     axis.set_xlim(-1, len(groups))
@@ -63,8 +72,9 @@ def ranked_lines(groups: list[str], series: Mapping[str, list[float | None]], ti
     return _save(figure, path)
 
 
-def bars_from_scores(all_results: Mapping[str, Mapping[str, Any]], benchmark: str, key: str | None,
-                     title: str, ylabel: str, path: Path) -> Path | None:
+def bars_from_scores(
+    all_results: Mapping[str, Mapping[str, Any]], benchmark: str, key: str | None, title: str, ylabel: str, path: Path
+) -> Path | None:
     """Bars of ``scores[group]`` (or ``scores[group][key]``) for each group any model has."""
     per_model = {label: r.get("benchmarks", {}).get(benchmark, {}).get("scores") for label, r in all_results.items()}
     per_model = {label: scores for label, scores in per_model.items() if scores}
@@ -103,11 +113,12 @@ def pca_figure(all_results: Mapping[str, Mapping[str, Any]], path: Path) -> Path
             english = coords[(ids == sentence) & (langs == "en")]
             for point in members:
                 if len(english):
-                    axis.plot([english[0, 0], point[0]], [english[0, 1], point[1]], color="grey", linewidth=0.5, alpha=0.6)
+                    axis.plot(
+                        [english[0, 0], point[0]], [english[0, 1], point[1]], color="grey", linewidth=0.5, alpha=0.6
+                    )
         for lang in dict.fromkeys(langs.tolist()):
             chosen = langs == lang
-            axis.scatter(coords[chosen, 0], coords[chosen, 1], s=18, label=lang,
-                         marker="*" if lang == "en" else "o")
+            axis.scatter(coords[chosen, 0], coords[chosen, 1], s=18, label=lang, marker="*" if lang == "en" else "o")
         share = pca.get("explained_variance", [0, 0])
         axis.set_title(f"{label}\n(PC1 {100 * share[0]:.0f}%, PC2 {100 * share[1]:.0f}% of variance)", fontsize=9)
         axis.set_xticks([])
@@ -120,16 +131,46 @@ def pca_figure(all_results: Mapping[str, Mapping[str, Any]], path: Path) -> Path
 def write_plots(all_results: Mapping[str, Mapping[str, Any]], plots_dir: Path) -> list[Path]:
     """Every plot of the evaluate stage into ``plots_dir``."""
     made = [
-        bars_from_scores(all_results, "tatoeba", "average", "Tatoeba accuracy (avg of both directions)",
-                         "accuracy %", plots_dir / "tatoeba.png"),
-        bars_from_scores(all_results, "sts17", None, "STS17 official tracks (4b outside the average)",
-                         "Spearman x100", plots_dir / "sts17.png"),
-        bars_from_scores(all_results, "sts_crosslingual", None, "Cross-lingual STSb (stsb-multi-mt)",
-                         "Spearman x100", plots_dir / "sts_crosslingual.png"),
-        bars_from_scores(all_results, "sts_monolingual", None, "Monolingual STSb (stsb-multi-mt)",
-                         "Spearman x100", plots_dir / "sts_monolingual.png"),
-        bars_from_scores(all_results, "mining_flores", "f1", "Bitext mining F1, FLORES BUCC-style",
-                         "F1 %", plots_dir / "mining_flores.png"),
+        bars_from_scores(
+            all_results,
+            "tatoeba",
+            "average",
+            "Tatoeba accuracy (avg of both directions)",
+            "accuracy %",
+            plots_dir / "tatoeba.png",
+        ),
+        bars_from_scores(
+            all_results,
+            "sts17",
+            None,
+            "STS17 official tracks (4b outside the average)",
+            "Spearman x100",
+            plots_dir / "sts17.png",
+        ),
+        bars_from_scores(
+            all_results,
+            "sts_crosslingual",
+            None,
+            "Cross-lingual STSb (stsb-multi-mt)",
+            "Spearman x100",
+            plots_dir / "sts_crosslingual.png",
+        ),
+        bars_from_scores(
+            all_results,
+            "sts_monolingual",
+            None,
+            "Monolingual STSb (stsb-multi-mt)",
+            "Spearman x100",
+            plots_dir / "sts_monolingual.png",
+        ),
+        bars_from_scores(
+            all_results,
+            "mining_flores",
+            "f1",
+            "Bitext mining F1, FLORES BUCC-style",
+            "F1 %",
+            plots_dir / "mining_flores.png",
+        ),
         pca_figure(all_results, plots_dir / "pca_language_bias.png"),
     ]
     return [p for p in made if p is not None]

@@ -33,11 +33,11 @@ BENCHMARK_TITLES: dict[str, str] = {
     "mining_flores": "Bitext mining, FLORES-200 BUCC-style benchmark (P/R/F1 %)",
     "mining_bucc": "Bitext mining, official BUCC (P/R/F1 %)",
     "teacher_space": "Teacher-space compatibility: the teacher embeds English, the model the translation "
-                     "(retrieval accuracy % both ways; cross-model STSb, Spearman x100)",
+    "(retrieval accuracy % both ways; cross-model STSb, Spearman x100)",
     "teacher_space_adapter": "Teacher-space compatibility through the student's teacher-space adapter "
-                             "(xdistill encode --teacher-space): the teacher embeds English, the adapter maps "
-                             "the model's embedding of the translation (retrieval accuracy % both ways; "
-                             "cross-model STSb, Spearman x100)",
+    "(xdistill encode --teacher-space): the teacher embeds English, the adapter maps "
+    "the model's embedding of the translation (retrieval accuracy % both ways; "
+    "cross-model STSb, Spearman x100)",
 }
 
 PRIMARY_SCORE_DEFINITION = (
@@ -96,7 +96,9 @@ def metrics_view(benchmark: str, scores: Mapping[str, Any]) -> dict[str, Any]:
     return flatten(scores)
 
 
-def table_rows(all_results: Mapping[str, Mapping[str, Any]], benchmark: str) -> tuple[list[str], dict[str, dict[str, Any]]]:
+def table_rows(
+    all_results: Mapping[str, Mapping[str, Any]], benchmark: str
+) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """Row keys (union over models, first-seen order) and ``{label: {row: value}}``."""
     columns = {label: flatten(scores_of(r, benchmark) or {}) for label, r in all_results.items()}
     rows = list(dict.fromkeys(row for values in columns.values() for row in values))
@@ -123,8 +125,9 @@ def csv_table(rows: list[str], columns: Mapping[str, Mapping[str, Any]]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["key", *columns])
     for row in rows:
-        writer.writerow([row, *("" if columns[label].get(row) is None else f"{columns[label][row]:.4f}"
-                                for label in columns)])
+        writer.writerow(
+            [row, *("" if columns[label].get(row) is None else f"{columns[label][row]:.4f}" for label in columns)]
+        )
     return buffer.getvalue()
 
 
@@ -139,26 +142,36 @@ def benchmark_notes(all_results: Mapping[str, Mapping[str, Any]], benchmark: str
         if "n_pairs" in info and not notes:
             notes.append(f"pairs per set: {info['n_pairs']}")
     if benchmark == "language_bias":
-        notes.append("expected = mean of the per-set scores; actual = the score of all sets joined into one; "
-                     "difference = actual - expected (negative: the model rates same-language pairs higher).")
+        notes.append(
+            "expected = mean of the per-set scores; actual = the score of all sets joined into one; "
+            "difference = actual - expected (negative: the model rates same-language pairs higher)."
+        )
     if benchmark == "dev":
         notes.append("MSE is left empty where the model's dimension differs from the teacher's.")
     return list(dict.fromkeys(notes))
 
 
-def write_benchmark_outputs(all_results: Mapping[str, Mapping[str, Any]], metrics_dir: Path, reports_dir: Path) -> list[str]:
+def write_benchmark_outputs(
+    all_results: Mapping[str, Mapping[str, Any]], metrics_dir: Path, reports_dir: Path
+) -> list[str]:
     """One metrics JSON, CSV and Markdown table per benchmark; returns the benchmark names."""
     names = benchmarks_present(all_results)
     for benchmark in names:
-        write_json_atomic(metrics_dir / f"{benchmark}.json", {
-            label: metrics_view(benchmark, scores) for label, r in all_results.items()
-            if (scores := scores_of(r, benchmark)) is not None
-        })
+        write_json_atomic(
+            metrics_dir / f"{benchmark}.json",
+            {
+                label: metrics_view(benchmark, scores)
+                for label, r in all_results.items()
+                if (scores := scores_of(r, benchmark)) is not None
+            },
+        )
         rows, columns = table_rows(all_results, benchmark)
         write_text_atomic(reports_dir / f"{benchmark}.csv", csv_table(rows, columns))
         notes = "".join(f"\n- {note}" for note in benchmark_notes(all_results, benchmark))
-        write_text_atomic(reports_dir / f"{benchmark}.md",
-                          f"# {BENCHMARK_TITLES[benchmark]}\n\n{markdown_table(rows, columns)}{notes}\n")
+        write_text_atomic(
+            reports_dir / f"{benchmark}.md",
+            f"# {BENCHMARK_TITLES[benchmark]}\n\n{markdown_table(rows, columns)}{notes}\n",
+        )
     return names
 
 
@@ -167,8 +180,11 @@ def task_scores(results: Mapping[str, Any]) -> dict[str, float]:
     get = lambda bench, key: (scores_of(results, bench) or {}).get(key)  # noqa: E731
     stsb = mean_or_nan([get("sts_monolingual", "average"), get("sts_crosslingual", "average")])
     mining = (scores_of(results, "mining_flores") or {}).get("average", {}).get("f1")
-    return {"sts": mean_or_nan([get("sts17", "average"), stsb]), "retrieval": mean_or_nan([get("tatoeba", "average")]),
-            "mining": mean_or_nan([mining])}
+    return {
+        "sts": mean_or_nan([get("sts17", "average"), stsb]),
+        "retrieval": mean_or_nan([get("tatoeba", "average")]),
+        "mining": mean_or_nan([mining]),
+    }
 
 
 def primary_score(results: Mapping[str, Any]) -> float:
@@ -187,8 +203,7 @@ def per_language_scores(results: Mapping[str, Any], languages: list[str]) -> dic
     for lang in languages:
         if lang == "en":
             continue
-        tracks = [v for k, v in sts17.items() if k in STS17_TRACKS and k.startswith(f"{lang}-en")
-                  and k != "es-en-4b"]
+        tracks = [v for k, v in sts17.items() if k in STS17_TRACKS and k.startswith(f"{lang}-en") and k != "es-en-4b"]
         if not tracks:
             tracks = [v for k, v in crosslingual.items() if k in (f"en-{lang}", f"{lang}-en")]
         code = _tatoeba_code_or_none(lang)
@@ -241,8 +256,14 @@ def headline(results: Mapping[str, Any]) -> dict[str, Any]:
     return {k: clean_number(v) for k, v in values.items() if v is not None}
 
 
-def write_summary(all_results: Mapping[str, Mapping[str, Any]], primary_label: str, languages: list[str],
-                  metrics_dir: Path, reports_dir: Path, protocol: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def write_summary(
+    all_results: Mapping[str, Mapping[str, Any]],
+    primary_label: str,
+    languages: list[str],
+    metrics_dir: Path,
+    reports_dir: Path,
+    protocol: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """``summary.json`` (the primary model's scores at top level, every model under ``models``, and the
     ``protocol`` they were measured under when given) and ``summary.md``."""
     primary = all_results[primary_label]
@@ -250,18 +271,24 @@ def write_summary(all_results: Mapping[str, Mapping[str, Any]], primary_label: s
     summary = {
         **models[primary_label],
         "per_language": per_language_scores(primary, languages),
-        "models": {label: {**values, "per_language": per_language_scores(all_results[label], languages)}
-                   for label, values in models.items()},
+        "models": {
+            label: {**values, "per_language": per_language_scores(all_results[label], languages)}
+            for label, values in models.items()
+        },
         **({"protocol": dict(protocol)} if protocol is not None else {}),
     }
     write_json_atomic(metrics_dir / "summary.json", summary)
     rows = list(dict.fromkeys(k for values in models.values() for k in values))
-    per_language_rows = {label: {f"per_language.{k}": v for k, v in m["per_language"].items()}
-                         for label, m in summary["models"].items()}
+    per_language_rows = {
+        label: {f"per_language.{k}": v for k, v in m["per_language"].items()} for label, m in summary["models"].items()
+    }
     columns = {label: {**models[label], **per_language_rows[label]} for label in models}
     rows += list(dict.fromkeys(k for values in per_language_rows.values() for k in values))
-    specs = "\n".join(f"- **{label}**: `{r.get('spec')}` ({r.get('dimension')}-d, {r.get('seconds')} s, "
-                      f"{r.get('sentences_encoded')} sentences encoded)" for label, r in all_results.items())
+    specs = "\n".join(
+        f"- **{label}**: `{r.get('spec')}` ({r.get('dimension')}-d, {r.get('seconds')} s, "
+        f"{r.get('sentences_encoded')} sentences encoded)"
+        for label, r in all_results.items()
+    )
     text = (
         f"# Evaluation summary\n\nModels:\n{specs}\n\n{markdown_table(rows, columns)}\n"
         f"- {PRIMARY_SCORE_DEFINITION}\n- {PER_LANGUAGE_DEFINITION}\n- {TRACK_4B_NOTE}\n- {TR_EN_ALIGNMENT}\n"

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from xdistill.data.eval_formats import check_rows_aligned, read_sts_gold, read_s
 from xdistill.data.sampling import evenly_spaced
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.evaluation.metrics import paired_cosine, spearman_x100
+
+if TYPE_CHECKING:
+    from xdistill.evaluation.encoding import CachedEncoder
 
 # key -> official track file stem. Track 2 (ar-en) and 4a (es-en) have the non-English
 # sentence in either column: cosine is symmetric, so the column order does not matter.
@@ -102,6 +106,17 @@ def score_sts_set(embed: Callable[[Sequence[str]], np.ndarray], sts_set: STSSet)
     return spearman_x100(paired_cosine(first, second), sts_set.gold)
 
 
+def sts_predictions(model: CachedEncoder, sts_set: STSSet) -> np.ndarray:
+    """The cosine similarity of each pair of ``sts_set`` under ``model``."""
+    return paired_cosine(model.encode(sts_set.sentences1), model.encode(sts_set.sentences2))
+
+
+def score_sts_sets(model: CachedEncoder, sets: list[STSSet]) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    """Spearman x 100 of every set (``{name: score}``) and the predictions behind them (``{name: cosines}``)."""
+    predictions = {s.name: sts_predictions(model, s) for s in sets}
+    return {s.name: spearman_x100(predictions[s.name], s.gold) for s in sets}, predictions
+
+
 # ---------------------------------------------------------------- STS17
 
 
@@ -112,8 +127,9 @@ def scored_line_count(track: str, n_inputs: int, n_gold: int, input_path: Path, 
     if track == "tr-en" and n_inputs == 2 * n_gold:
         return n_gold  # TR_EN_ALIGNMENT: the scored pairs are the first half
     # either file may be the short one: name both
-    raise InputFileError(input_path, f"{n_inputs} input pairs but {n_gold} gold scores in {gold_path}, "
-                                     "and no known alignment")
+    raise InputFileError(
+        input_path, f"{n_inputs} input pairs but {n_gold} gold scores in {gold_path}, and no known alignment"
+    )
 
 
 def read_sts17_track(sts17_dir: str | Path, track: str) -> STSSet:
@@ -128,8 +144,9 @@ def read_sts17_track(sts17_dir: str | Path, track: str) -> STSSet:
     scored = scored_line_count(track, len(pairs), len(gold), input_path, gold_path)
     kept = [(pair, score) for pair, score in zip(pairs[:scored], gold) if score is not None]
     if len(kept) < 2:  # here, where the file is known: Spearman would refuse the set without naming it
-        raise InputFileError(gold_path, f"{len(kept)} scored pair(s) for {input_path.name}; "
-                                        "a Spearman correlation needs at least two")
+        raise InputFileError(
+            gold_path, f"{len(kept)} scored pair(s) for {input_path.name}; a Spearman correlation needs at least two"
+        )
     notes = [TR_EN_ALIGNMENT] if scored != len(pairs) else []
     if track in STS17_OUTSIDE_AVERAGE:
         notes.append(TRACK_4B_NOTE)
@@ -152,8 +169,11 @@ def load_sts17(sts17_dir: str | Path, max_pairs: int | None = None) -> list[STSS
 
 def stsb_languages(stsb_dir: str | Path, languages: Sequence[str], split: str = "test") -> list[str]:
     """The non-English ``languages`` that have a stsb-multi-mt file of ``split`` (test, dev, train)."""
-    return [lang for lang in languages
-            if lang != "en" and (Path(stsb_dir) / STSB_SPLIT_FILE.format(lang=lang, split=split)).is_file()]
+    return [
+        lang
+        for lang in languages
+        if lang != "en" and (Path(stsb_dir) / STSB_SPLIT_FILE.format(lang=lang, split=split)).is_file()
+    ]
 
 
 def build_stsb_sets(
@@ -175,10 +195,13 @@ def build_stsb_sets(
         path = Path(stsb_dir) / STSB_SPLIT_FILE.format(lang=lang, split=split)
         translated = read_stsb_multi_mt(path)
         check_rows_aligned(english, translated, path)
-        monolingual.append(STSSet(f"{lang}-{lang}", [r.sentence1 for r in translated],
-                                  [r.sentence2 for r in translated], gold))
-        crosslingual.append(STSSet(f"en-{lang}", [r.sentence1 for r in english],
-                                   [r.sentence2 for r in translated], gold))
-        crosslingual.append(STSSet(f"{lang}-en", [r.sentence1 for r in translated],
-                                   [r.sentence2 for r in english], gold))
+        monolingual.append(
+            STSSet(f"{lang}-{lang}", [r.sentence1 for r in translated], [r.sentence2 for r in translated], gold)
+        )
+        crosslingual.append(
+            STSSet(f"en-{lang}", [r.sentence1 for r in english], [r.sentence2 for r in translated], gold)
+        )
+        crosslingual.append(
+            STSSet(f"{lang}-en", [r.sentence1 for r in translated], [r.sentence2 for r in english], gold)
+        )
     return [s.subset(max_pairs) for s in monolingual], [s.subset(max_pairs) for s in crosslingual]

@@ -49,15 +49,20 @@ def tatoeba_scores(xx_embeddings: np.ndarray, en_embeddings: np.ndarray) -> dict
 
 
 def evaluate_tatoeba(
-    encoder: Any, tatoeba_dir: str | Path, codes: Sequence[str], *, max_pairs: int | None = None,
+    encoder: Any,
+    tatoeba_dir: str | Path,
+    codes: Sequence[str],
+    *,
+    max_pairs: int | None = None,
     batch_size: int = 64,
 ) -> dict[str, dict[str, float]]:
     """Tatoeba accuracy per language code: ``{code: {xx2en, en2xx, average, n}}`` (accuracies x 100)."""
     results = {}
     for code in codes:
         xx_lines, en_lines = read_tatoeba_pairs(tatoeba_dir, code, max_pairs)
-        scores = tatoeba_scores(encoder.encode(xx_lines, batch_size=batch_size),
-                                encoder.encode(en_lines, batch_size=batch_size))
+        scores = tatoeba_scores(
+            encoder.encode(xx_lines, batch_size=batch_size), encoder.encode(en_lines, batch_size=batch_size)
+        )
         results[code] = {**scores, "n": len(xx_lines)}
         logger.info("tatoeba %s (%d pairs): %.1f", code, len(xx_lines), scores["average"])
     return results

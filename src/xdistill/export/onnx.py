@@ -75,9 +75,17 @@ def export_onnx(model: SentenceTransformer, path: str | Path) -> Path:
     log.info("exporting the transformer to ONNX (torch.export; a few minutes for 12 layers on 2 cores)")
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(_HiddenStates(backbone, names), args, dynamo=True, input_names=names,
-                                    output_names=["last_hidden_state"], dynamic_shapes=(dynamic,),
-                                    opset_version=OPSET, external_data=False)
+        program = torch.onnx.export(
+            _HiddenStates(backbone, names),
+            args,
+            dynamo=True,
+            input_names=names,
+            output_names=["last_hidden_state"],
+            dynamic_shapes=(dynamic,),
+            opset_version=OPSET,
+            external_data=False,
+        )
+    assert program is not None  # dynamo=True always returns the ONNXProgram
     path.parent.mkdir(parents=True, exist_ok=True)
     program.save(str(path), external_data=False)
     return path
@@ -120,8 +128,13 @@ def fuse_for_cpu(path: str | Path) -> dict[str, int]:
     shape_optimization.rules.apply_to_model(model)  # the shape arithmetic the attention patterns look through
     optimize(model)
     counts = {"erf_gelu": fuse_erfgelu(model), "sdpa": fuse_sdpa(model, apply_shape_inference=True)}
-    for name, fuse in (("mha1", fuse_mha1), ("mha2", fuse_mha2), ("mha_scale", fuse_mha_scale),
-                       ("mha_bias", fuse_mha_bias), ("bias_gelu", fuse_bias_gelu)):
+    for name, fuse in (
+        ("mha1", fuse_mha1),
+        ("mha2", fuse_mha2),
+        ("mha_scale", fuse_mha_scale),
+        ("mha_bias", fuse_mha_bias),
+        ("bias_gelu", fuse_bias_gelu),
+    ):
         counts[name] = fuse(model)
     optimize(model)
     ir.save(model, str(path))
@@ -151,8 +164,15 @@ def quantize_int8(source: str | Path, target: str | Path, calibration: Mapping[s
     target = Path(target)
     graph_model = onnx.load(str(source), load_external_data=False)
     kept = outlier_matmuls(activation_ranges(graph_model, narrowing_matmuls(graph_model), calibration))
-    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
-                     reduce_range=True, op_types_to_quantize=["MatMul"], nodes_to_exclude=kept)
+    quantize_dynamic(
+        str(source),
+        str(target),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        reduce_range=True,
+        op_types_to_quantize=["MatMul"],
+        nodes_to_exclude=kept,
+    )
     return kept
 
 
@@ -174,8 +194,10 @@ def activation_ranges(graph_model, matmuls: Sequence[str], feeds: Mapping[str, n
     probe = onnx.ModelProto()
     probe.CopyFrom(graph_model)
     del probe.graph.output[:]
-    probe.graph.output.extend(onnx.helper.make_tensor_value_info(tensor, onnx.TensorProto.FLOAT, None)
-                              for tensor in dict.fromkeys(inputs.values()))
+    probe.graph.output.extend(
+        onnx.helper.make_tensor_value_info(tensor, onnx.TensorProto.FLOAT, None)
+        for tensor in dict.fromkeys(inputs.values())
+    )
     session = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
     wanted = [value.name for value in probe.graph.output]
     values = dict(zip(wanted, session.run(wanted, {i.name: feeds[i.name] for i in session.get_inputs()})))
@@ -186,6 +208,10 @@ def activation_ranges(graph_model, matmuls: Sequence[str], feeds: Mapping[str, n
 def narrowing_matmuls(graph_model) -> list[str]:
     """Names of the MatMul nodes whose weight maps a wider input to a narrower output."""
     shapes = {init.name: tuple(init.dims) for init in graph_model.graph.initializer}
-    return [node.name for node in graph_model.graph.node
-            if node.op_type == "MatMul" and len(shapes.get(node.input[1], ())) == 2
-            and shapes[node.input[1]][0] > shapes[node.input[1]][1]]
+    return [
+        node.name
+        for node in graph_model.graph.node
+        if node.op_type == "MatMul"
+        and len(shapes.get(node.input[1], ())) == 2
+        and shapes[node.input[1]][0] > shapes[node.input[1]][1]
+    ]

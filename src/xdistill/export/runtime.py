@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -27,6 +27,8 @@ from xdistill.export.files import BACKENDS, ONNX_FILES, TORCH_WEIGHT_FILES
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+    from sentence_transformers.base.modules import Module
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +77,15 @@ def _first_module_path(folder: Path) -> str:
 class OnnxTransformer(InputModule):
     """The transformer of a student as an onnxruntime session: text in, token embeddings out."""
 
-    def __init__(self, onnx_path: str | Path, tokenizer: Any, max_seq_length: int | None,
-                 threads: int | None = None) -> None:
+    tokenizer: PreTrainedTokenizerBase  # always a transformers tokenizer (never a bare tokenizers.Tokenizer)
+
+    def __init__(
+        self,
+        onnx_path: str | Path,
+        tokenizer: PreTrainedTokenizerBase,
+        max_seq_length: int | None,
+        threads: int | None = None,
+    ) -> None:
         import onnxruntime as ort
 
         super().__init__()
@@ -85,8 +94,9 @@ class OnnxTransformer(InputModule):
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.onnx_path = Path(onnx_path)
-        self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"],
-                                            disabled_optimizers=DISABLED_ORT_FUSIONS)
+        self.session = ort.InferenceSession(
+            str(onnx_path), options, providers=["CPUExecutionProvider"], disabled_optimizers=DISABLED_ORT_FUSIONS
+        )
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.tokenizer = tokenizer
         self._max_seq_length = max_seq_length
@@ -103,12 +113,13 @@ class OnnxTransformer(InputModule):
     def get_word_embedding_dimension(self) -> int:
         return self._dimension
 
-    def preprocess(self, inputs: Sequence[str], prompt: str | None = None, **kwargs) -> dict[str, Any]:
+    def preprocess(self, inputs: Sequence[Any], prompt: str | None = None, **kwargs) -> dict[str, Any]:
         texts = [str(text) for text in inputs]
         if prompt:
             texts = self._prepend_prompt(texts, prompt)
-        features = dict(self.tokenizer(texts, padding=True, truncation=True, max_length=self._max_seq_length,
-                                       return_tensors="pt"))
+        features = dict(
+            self.tokenizer(texts, padding=True, truncation=True, max_length=self._max_seq_length, return_tensors="pt")
+        )
         if prompt:
             features["prompt_length"] = self._prompt_length(prompt)
         return features
@@ -128,16 +139,21 @@ class OnnxTransformer(InputModule):
         raise XdistillError("an ONNX-backed student is not re-saved; export the PyTorch student with `xdistill export`")
 
 
-def load_student(folder: str | Path, backend: str = "torch", device: str | None = None,
-                 threads: int | None = None) -> SentenceTransformer:
+def load_student(
+    folder: str | Path, backend: str = "torch", device: str | None = None, threads: int | None = None
+) -> SentenceTransformer:
     """Load a student folder (exported or not) with ``backend`` (torch, onnx, onnx-int8)."""
     from sentence_transformers import SentenceTransformer
 
     folder = Path(folder)
     weights = check_backend_files(folder, backend)
     if backend == "torch":
-        return SentenceTransformer(str(folder), device=device, local_files_only=True,
-                                   model_kwargs={"dtype": torch.float32} if _on_cpu(device) else None)
+        return SentenceTransformer(
+            str(folder),
+            device=device,
+            local_files_only=True,
+            model_kwargs={"dtype": torch.float32} if _on_cpu(device) else None,
+        )
     if device not in (None, "cpu"):
         raise XdistillError(f"backend '{backend}' runs on the CPU (onnxruntime); got device {device!r}")
     return _onnx_sentence_transformer(folder, weights, threads)
@@ -158,13 +174,18 @@ def _onnx_sentence_transformer(folder: Path, onnx_path: Path, threads: int | Non
     first = OnnxTransformer(onnx_path, tokenizer, _max_seq_length(folder, bert_config, tokenizer), threads)
     rest = []
     for entry in modules_config[1:]:
-        module_class = import_from_string(entry["type"])
+        # modules.json names sentence-transformers modules (Pooling, Dense, Normalize, ...)
+        module_class = cast("type[Module]", import_from_string(entry["type"]))
         rest.append(module_class.load(str(folder), subfolder=entry["path"], local_files_only=True))
     st_config = _read_json(folder / "config_sentence_transformers.json", required=False)
     log.info("loaded %s with onnxruntime (%s)", folder, onnx_path.name)
-    return SentenceTransformer(modules=[first, *rest], device="cpu", prompts=st_config.get("prompts"),
-                               default_prompt_name=st_config.get("default_prompt_name"),
-                               similarity_fn_name=st_config.get("similarity_fn_name"))
+    return SentenceTransformer(
+        modules=[first, *rest],
+        device="cpu",
+        prompts=st_config.get("prompts"),
+        default_prompt_name=st_config.get("default_prompt_name"),
+        similarity_fn_name=st_config.get("similarity_fn_name"),
+    )
 
 
 def _max_seq_length(folder: Path, bert_config: dict[str, Any], tokenizer: Any) -> int:
@@ -195,4 +216,3 @@ def folder_size_mb(folder: str | Path, exclude: Sequence[str] = ()) -> float:
     skip = {folder / name for name in exclude}
     total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and p not in skip)
     return total / 2**20
-

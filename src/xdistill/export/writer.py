@@ -1,4 +1,4 @@
-"""``export_student``: write a student folder as ONNX fp32, ONNX int8 and/or fp16 safetensors (see :mod:`xdistill.export`)."""
+"""``export_student``: write a student folder as ONNX fp32, ONNX int8 or fp16 safetensors (:mod:`xdistill.export`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from xdistill.errors import XdistillError
-from xdistill.export.files import ONNX_FILES, REPORT_FILE, TORCH_WEIGHT_FILES
+from xdistill.export.files import ONNX_FILE, ONNX_FILES, ONNX_INT8_FILE, REPORT_FILE, TORCH_WEIGHT_FILES
 from xdistill.io import atomic_path, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -28,17 +28,29 @@ ONNX_FP32_MIN_COSINE = 0.999
 ONNX_INT8_MIN_COSINE = 0.98
 # A fixed sample for the export's own check (the benchmark measures quality on STS17 and Tatoeba).
 CHECK_TEXTS = [
-    "A man is playing a guitar.", "Ein Mann spielt Gitarre.", "Un hombre toca la guitarra.",
-    "Bir adam gitar çalıyor.", "رجل يعزف على الغيتار.", "一个男人在弹吉他。", "Мужчина играет на гитаре.",
-    "The new movie is awesome, but the ending was far too long for my taste.", "Hi", "Le chat dort.",
+    "A man is playing a guitar.",
+    "Ein Mann spielt Gitarre.",
+    "Un hombre toca la guitarra.",
+    "Bir adam gitar çalıyor.",
+    "رجل يعزف على الغيتار.",
+    "一个男人在弹吉他。",
+    "Мужчина играет на гитаре.",
+    "The new movie is awesome, but the ending was far too long for my taste.",
+    "Hi",
+    "Le chat dort.",
 ]
 # The int8 calibration sample: other sentences than the check's, so the check measures the int8 graph on
 # text its fp32-kept layers were not chosen on (an in-sample check would flatter it).
 CALIBRATION_TEXTS = [
-    "The children are reading books in the library.", "Die Kinder lesen Bücher in der Bibliothek.",
-    "Los niños leen libros en la biblioteca.", "Çocuklar kütüphanede kitap okuyor.", "الأطفال يقرؤون الكتب في المكتبة.",
-    "孩子们在图书馆里看书。", "Дети читают книги в библиотеке.",
-    "Prices rose sharply last quarter, and analysts expect the trend to continue into next year.", "Thanks!",
+    "The children are reading books in the library.",
+    "Die Kinder lesen Bücher in der Bibliothek.",
+    "Los niños leen libros en la biblioteca.",
+    "Çocuklar kütüphanede kitap okuyor.",
+    "الأطفال يقرؤون الكتب في المكتبة.",
+    "孩子们在图书馆里看书。",
+    "Дети читают книги в библиотеке.",
+    "Prices rose sharply last quarter, and analysts expect the trend to continue into next year.",
+    "Thanks!",
     "Il pleut depuis ce matin.",
 ]
 
@@ -79,21 +91,28 @@ def export_student(student_dir: str | Path, output_dir: str | Path, formats: Seq
     check_backend_files(student_dir, "torch")
     model = SentenceTransformer(str(student_dir), device="cpu", local_files_only=True).float().eval()
     reference = model.encode(CHECK_TEXTS, normalize_embeddings=True)
-    report = ExportReport(source=str(student_dir), output=str(output_dir), formats=list(formats),
-                          parameters=sum(p.numel() for p in model.parameters()),
-                          dimension=int(model.get_embedding_dimension()))
+    dimension = model.get_embedding_dimension()
+    assert dimension is not None  # a student folder ends in Pooling (or Dense), which fixes its dimension
+    report = ExportReport(
+        source=str(student_dir),
+        output=str(output_dir),
+        formats=list(formats),
+        parameters=sum(p.numel() for p in model.parameters()),
+        dimension=int(dimension),
+    )
     with atomic_path(output_dir, is_dir=True) as tmp:
         if "onnx" in formats or "onnx-int8" in formats:
-            fp32 = export_onnx(model, tmp / ONNX_FILES["onnx"])
+            fp32 = export_onnx(model, tmp / ONNX_FILE)
             report.fusions = fuse_for_cpu(fp32)
             if "onnx-int8" in formats:
                 # as encode tokenises: the default prompt ("query: ") shifts the activations the outlier
                 # search measures, so the layers it keeps in fp32 are chosen on what inference sees
                 prompt = default_prompt(model)
-                calibration = model.tokenizer([prompt + text for text in CALIBRATION_TEXTS], padding=True,
-                                              return_tensors="np")
+                calibration = model.tokenizer(
+                    [prompt + text for text in CALIBRATION_TEXTS], padding=True, return_tensors="np"
+                )
                 feeds = {name: calibration[name].astype(np.int64) for name in model_input_names(model)}
-                report.int8_fp32_matmuls = quantize_int8(fp32, tmp / ONNX_FILES["onnx-int8"], feeds)
+                report.int8_fp32_matmuls = quantize_int8(fp32, tmp / ONNX_INT8_FILE, feeds)
         if "fp16" in formats:
             # the transformer only: a Dense head's files are shared with the ONNX backends, whose fp32 graphs
             # must not run behind a float16-rounded head (it is tiny, so fp32 costs nothing in size)
@@ -106,12 +125,16 @@ def export_student(student_dir: str | Path, output_dir: str | Path, formats: Seq
         for fmt in checked:
             _record(report, tmp, fmt, reference)
         if "onnx" not in formats and "onnx" in checked:  # the fp32 graph was checked, not asked for: dropped
-            (tmp / ONNX_FILES["onnx"]).unlink()
+            (tmp / ONNX_FILE).unlink()
             for facts in (report.files, report.size_mb, report.min_cosine_to_fp32):
                 del facts["onnx"]
         write_json_atomic(tmp / REPORT_FILE, report.as_dict())
-    log.info("exported %s to %s: %s", student_dir, output_dir,
-             ", ".join(f"{f} {report.size_mb[f]:.1f} MB (min cosine {report.min_cosine_to_fp32[f]:.5f})" for f in formats))
+    log.info(
+        "exported %s to %s: %s",
+        student_dir,
+        output_dir,
+        ", ".join(f"{f} {report.size_mb[f]:.1f} MB (min cosine {report.min_cosine_to_fp32[f]:.5f})" for f in formats),
+    )
     return report
 
 
@@ -119,18 +142,22 @@ def _check_apart(student_dir: Path, output_dir: Path) -> None:
     """Refuse an output that would replace the student (the same folder, or one holding it) or sit inside it."""
     student, output = student_dir.resolve(), output_dir.resolve()
     if output == student or student.is_relative_to(output):
-        raise XdistillError(f"{output_dir}: the export folder is replaced as a whole, and it is or holds the student "
-                            f"{student_dir}; choose another folder (e.g. {student_dir}-export)")
+        raise XdistillError(
+            f"{output_dir}: the export folder is replaced as a whole, and it is or holds the student "
+            f"{student_dir}; choose another folder (e.g. {student_dir}-export)"
+        )
     if output.is_relative_to(student):
-        raise XdistillError(f"{output_dir}: the export folder lies inside the student {student_dir}; choose a "
-                            f"folder beside it (e.g. {student_dir}-export)")
+        raise XdistillError(
+            f"{output_dir}: the export folder lies inside the student {student_dir}; choose a "
+            f"folder beside it (e.g. {student_dir}-export)"
+        )
 
 
 def _copy_teacher_adapter(student_dir: Path, folder: Path) -> bool:
     """Copy the student's teacher-space adapter (a few MB) so ``--teacher-space`` works on the export too."""
     import shutil
 
-    from xdistill.models.teacher_adapter import adapter_dir, has_adapter
+    from xdistill.adapter.model import adapter_dir, has_adapter
 
     if not has_adapter(student_dir):
         return False
@@ -163,7 +190,7 @@ def _record(report: ExportReport, folder: Path, fmt: str, reference: np.ndarray)
 
     backend = FORMAT_BACKEND[fmt]
     weights = check_backend_files(folder, backend)
-    others = [ONNX_FILES[b] for b in ONNX_FILES if ONNX_FILES[b] and b != backend]
+    others = [path for b, path in ONNX_FILES.items() if path and b != backend]
     if backend != "torch":
         others += ["model.safetensors"]
     report.files[fmt] = weights.relative_to(folder).as_posix()
@@ -175,6 +202,6 @@ def _record(report: ExportReport, folder: Path, fmt: str, reference: np.ndarray)
     report.min_cosine_to_fp32[fmt] = round(cosine, 6)
     bound = {"onnx": ONNX_FP32_MIN_COSINE, "onnx-int8": ONNX_INT8_MIN_COSINE}.get(fmt)
     if bound is not None and cosine < bound:
-        raise XdistillError(f"the {fmt} export does not reproduce the student (min cosine {cosine:.5f} "
-                            f"< {bound}); not written")
-
+        raise XdistillError(
+            f"the {fmt} export does not reproduce the student (min cosine {cosine:.5f} < {bound}); not written"
+        )

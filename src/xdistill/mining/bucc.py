@@ -115,9 +115,7 @@ def mined_id_pairs(pairs: MinedPairs, split: BuccSplit) -> list[tuple[str, str]]
     return [(split.xx_ids[s], split.en_ids[t]) for s, t in zip(pairs.src.tolist(), pairs.tgt.tolist())]
 
 
-def evaluate_split_pairs(
-    tune: tuple[MinedPairs, BuccSplit], test: tuple[MinedPairs, BuccSplit]
-) -> dict[str, float]:
+def evaluate_split_pairs(tune: tuple[MinedPairs, BuccSplit], test: tuple[MinedPairs, BuccSplit]) -> dict[str, float]:
     """Tune the threshold on the tuning split's candidates, apply it to the test split's."""
     tune_pairs, tune_split = tune
     tune_ids = mined_id_pairs(tune_pairs, tune_split)
@@ -126,13 +124,20 @@ def evaluate_split_pairs(
     test_pairs, test_split = test
     kept = test_pairs.above(threshold)
     metrics = precision_recall_f1(mined_id_pairs(kept, test_split), test_split.gold)
-    metrics.update(threshold=threshold, train_f1=tune_f1, n_predicted=len(kept), n_gold=len(test_split.gold),
-                   n_xx=len(test_split.xx_ids), n_en=len(test_split.en_ids))
+    metrics.update(
+        threshold=threshold,
+        train_f1=tune_f1,
+        n_predicted=len(kept),
+        n_gold=len(test_split.gold),
+        n_xx=len(test_split.xx_ids),
+        n_en=len(test_split.en_ids),
+    )
     return metrics
 
 
-def mine_split(encoder: Encoder, split: BuccSplit, *, k: int, margin: str, retrieval: str,
-               batch_size: int) -> MinedPairs:
+def mine_split(
+    encoder: Encoder, split: BuccSplit, *, k: int, margin: str, retrieval: str, batch_size: int
+) -> MinedPairs:
     """Embed both sides of a split and mine xx->en candidates (row pairs of the split).
 
     As LASER's BUCC script (``--unify``): each side's distinct texts are mined, and a mined text pair
@@ -201,16 +206,28 @@ def evaluate_bitext_mining(
         runs = []
         for split_name in layout:
             split = read_bucc_split(benchmark_dir, language, split_name)
-            runs.append((mine_split(encoder, split, k=k, margin=margin, retrieval=retrieval,
-                                    batch_size=batch_size), split))
+            runs.append(
+                (mine_split(encoder, split, k=k, margin=margin, retrieval=retrieval, batch_size=batch_size), split)
+            )
         per_language[language] = evaluate_split_pairs(runs[0], runs[1])
-        logger.info("bitext mining %s-en: F1 %.3f (P %.3f R %.3f)", language, per_language[language]["f1"],
-                    per_language[language]["precision"], per_language[language]["recall"])
-    average = {name: float(np.mean([m[name] for m in per_language.values()])) if per_language else float("nan")
-               for name in ("precision", "recall", "f1")}
+        logger.info(
+            "bitext mining %s-en: F1 %.3f (P %.3f R %.3f)",
+            language,
+            per_language[language]["f1"],
+            per_language[language]["precision"],
+            per_language[language]["recall"],
+        )
+    average = {
+        name: float(np.mean([m[name] for m in per_language.values()])) if per_language else float("nan")
+        for name in ("precision", "recall", "f1")
+    }
     tune, test = layouts.pop() if layouts else SPLIT_LAYOUTS[0]
-    return {"languages": per_language, "average": average, "skipped": skipped,
-            "settings": {"k": k, "margin": margin, "retrieval": retrieval, "tune_split": tune, "test_split": test}}
+    return {
+        "languages": per_language,
+        "average": average,
+        "skipped": skipped,
+        "settings": {"k": k, "margin": margin, "retrieval": retrieval, "tune_split": tune, "test_split": test},
+    }
 
 
 def skip_reason(folder: Path, language: str) -> str:
@@ -219,10 +236,13 @@ def skip_reason(folder: Path, language: str) -> str:
     built = builder_skip_reasons(folder).get(language)
     if built:
         return built
-    missing = [str(p) for split in SPLIT_LAYOUTS[0] for p in bucc_paths(folder, language, split).values()
-               if not p.is_file()]
-    return (f"missing file(s): {', '.join(missing)} (or the official release's "
-            f"{language}-en.sample.* and {language}-en.training.*)")
+    missing = [
+        str(p) for split in SPLIT_LAYOUTS[0] for p in bucc_paths(folder, language, split).values() if not p.is_file()
+    ]
+    return (
+        f"missing file(s): {', '.join(missing)} (or the official release's "
+        f"{language}-en.sample.* and {language}-en.training.*)"
+    )
 
 
 def builder_skip_reasons(folder: Path) -> dict[str, str]:

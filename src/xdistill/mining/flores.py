@@ -54,14 +54,46 @@ ENGLISH = "eng_Latn"
 
 # ISO 639-1 (and a few common tags) -> FLORES-200 file stem
 FLORES_CODES: dict[str, str] = {
-    "am": "amh_Ethi", "ar": "arb_Arab", "bg": "bul_Cyrl", "bn": "ben_Beng", "cs": "ces_Latn",
-    "de": "deu_Latn", "el": "ell_Grek", "en": "eng_Latn", "es": "spa_Latn", "fa": "pes_Arab",
-    "fi": "fin_Latn", "fr": "fra_Latn", "he": "heb_Hebr", "hi": "hin_Deva", "hu": "hun_Latn",
-    "hy": "hye_Armn", "id": "ind_Latn", "it": "ita_Latn", "ja": "jpn_Jpan", "ka": "kat_Geor",
-    "kk": "kaz_Cyrl", "ko": "kor_Hang", "mk": "mkd_Cyrl", "mn": "khk_Cyrl", "mr": "mar_Deva",
-    "nl": "nld_Latn", "pl": "pol_Latn", "pt": "por_Latn", "ro": "ron_Latn", "ru": "rus_Cyrl",
-    "sw": "swh_Latn", "th": "tha_Thai", "tl": "tgl_Latn", "tr": "tur_Latn", "tt": "tat_Cyrl",
-    "uk": "ukr_Cyrl", "ur": "urd_Arab", "vi": "vie_Latn", "zh": "zho_Hans", "zh-cn": "zho_Hans",
+    "am": "amh_Ethi",
+    "ar": "arb_Arab",
+    "bg": "bul_Cyrl",
+    "bn": "ben_Beng",
+    "cs": "ces_Latn",
+    "de": "deu_Latn",
+    "el": "ell_Grek",
+    "en": "eng_Latn",
+    "es": "spa_Latn",
+    "fa": "pes_Arab",
+    "fi": "fin_Latn",
+    "fr": "fra_Latn",
+    "he": "heb_Hebr",
+    "hi": "hin_Deva",
+    "hu": "hun_Latn",
+    "hy": "hye_Armn",
+    "id": "ind_Latn",
+    "it": "ita_Latn",
+    "ja": "jpn_Jpan",
+    "ka": "kat_Geor",
+    "kk": "kaz_Cyrl",
+    "ko": "kor_Hang",
+    "mk": "mkd_Cyrl",
+    "mn": "khk_Cyrl",
+    "mr": "mar_Deva",
+    "nl": "nld_Latn",
+    "pl": "pol_Latn",
+    "pt": "por_Latn",
+    "ro": "ron_Latn",
+    "ru": "rus_Cyrl",
+    "sw": "swh_Latn",
+    "th": "tha_Thai",
+    "tl": "tgl_Latn",
+    "tr": "tur_Latn",
+    "tt": "tat_Cyrl",
+    "uk": "ukr_Cyrl",
+    "ur": "urd_Arab",
+    "vi": "vie_Latn",
+    "zh": "zho_Hans",
+    "zh-cn": "zho_Hans",
     "zh-tw": "zho_Hant",
 }
 
@@ -80,16 +112,23 @@ def split_plan(seed: int, gold_share: float) -> dict[str, dict[str, np.ndarray]]
     permutation = rng.permutation(FLORES_SENTENCES)
     half = FLORES_SENTENCES // 2
     plan = {}
-    for split, numbers in ((TUNE_SPLIT, permutation[:half]), (TEST_SPLIT, permutation[half:2 * half])):
+    for split, numbers in ((TUNE_SPLIT, permutation[:half]), (TEST_SPLIT, permutation[half : 2 * half])):
         n_gold = max(1, round(gold_share * len(numbers) / (2 - gold_share)))
         fillers = numbers[n_gold:]
         n_fill = len(fillers) // 2
-        plan[split] = {"gold": numbers[:n_gold], "xx_only": fillers[:n_fill], "en_only": fillers[n_fill:2 * n_fill]}
+        plan[split] = {"gold": numbers[:n_gold], "xx_only": fillers[:n_fill], "en_only": fillers[n_fill : 2 * n_fill]}
     return plan
 
 
-def write_split(out_dir: Path, language: str, split: str, numbers: dict[str, np.ndarray],
-                xx_sentences: list[str], en_sentences: list[str], seed: int) -> dict[str, int]:
+def write_split(
+    out_dir: Path,
+    language: str,
+    split: str,
+    numbers: dict[str, np.ndarray],
+    xx_sentences: list[str],
+    en_sentences: list[str],
+    seed: int,
+) -> dict[str, int]:
     """Write one language and split in the BUCC layout; returns the side sizes."""
     rng = np.random.default_rng([seed, 1 if split == TEST_SPLIT else 0])
     xx_numbers = rng.permutation(np.concatenate([numbers["gold"], numbers["xx_only"]]))
@@ -126,8 +165,14 @@ def build_flores_bucc(
         raise XdistillError(f"{english_path}: FLORES-200 English devtest file not found")
     english = read_flores(english_path)
     plan = split_plan(seed, gold_share)
-    manifest: dict[str, Any] = {"source": "FLORES-200 devtest", "seed": seed, "gold_share": gold_share,
-                                "languages": {}, "skipped": {}, "construction": CONSTRUCTION}
+    manifest: dict[str, Any] = {
+        "source": "FLORES-200 devtest",
+        "seed": seed,
+        "gold_share": gold_share,
+        "languages": {},
+        "skipped": {},
+        "construction": CONSTRUCTION,
+    }
     with atomic_path(out_dir, is_dir=True) as tmp:
         for language in languages:
             if language.lower() == "en" or flores_file(flores_dir, language) == english_path:
@@ -141,8 +186,10 @@ def build_flores_bucc(
             sentences = read_flores(path)
             manifest["languages"][language] = {
                 "flores_file": path.name,
-                **{split: write_split(tmp, language, split, plan[split], sentences, english, seed)
-                   for split in (TUNE_SPLIT, TEST_SPLIT)},
+                **{
+                    split: write_split(tmp, language, split, plan[split], sentences, english, seed)
+                    for split in (TUNE_SPLIT, TEST_SPLIT)
+                },
             }
         write_json_atomic(tmp / MANIFEST_FILE, manifest)
     return manifest

@@ -35,6 +35,7 @@ def build_index(
     """
     corpus = as_float32_matrix(corpus, "corpus")
     dim = corpus.shape[1]
+    built: faiss.Index
     if index == "flat":
         built = faiss.IndexFlatIP(dim)
     elif index == "ivf":
@@ -42,10 +43,11 @@ def build_index(
         if nlist is None:
             nlist = max(1, min(int(4 * math.sqrt(n)), n // 39))
         quantizer = faiss.IndexFlatIP(dim)
-        built = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        built.cp.seed = seed  # k-means initialisation: deterministic for a given corpus
-        built.train(corpus)
-        built.nprobe = min(nprobe, nlist)
+        ivf = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        ivf.cp.seed = seed  # k-means initialisation: deterministic for a given corpus
+        ivf.train(corpus)
+        ivf.nprobe = min(nprobe, nlist)
+        built = ivf
     else:
         raise XdistillError(f"unknown index kind {index!r}; choose one of {', '.join(INDEX_KINDS)}")
     if add:

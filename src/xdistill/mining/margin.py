@@ -91,7 +91,9 @@ def neighbour_means(scores: np.ndarray) -> np.ndarray:
     return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
-def bidirectional_knn(src: np.ndarray, tgt: np.ndarray, k: int, *, index: str = "flat", **index_options) -> NeighbourLists:
+def bidirectional_knn(
+    src: np.ndarray, tgt: np.ndarray, k: int, *, index: str = "flat", **index_options
+) -> NeighbourLists:
     """k nearest neighbours source->target and target->source (inner product = cosine)."""
     fwd_scores, fwd_indices = knn_search(src, tgt, k, index=index, **index_options)
     bwd_scores, bwd_indices = knn_search(tgt, src, k, index=index, **index_options)

@@ -17,8 +17,8 @@ import numpy as np
 
 from xdistill.errors import InputFileError
 from xdistill.mining.knn import knn_search
-from xdistill.vectors import as_float32_matrix
 from xdistill.mining.stream import LineFile, tsv_field
+from xdistill.vectors import as_float32_matrix
 
 
 @dataclass(frozen=True)
@@ -43,12 +43,13 @@ def load_index(path: str | Path) -> np.ndarray:
         matrix = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, EOFError, OSError) as exc:
         # an empty file ends early (EOFError), a text file reads as a refused pickle (ValueError)
-        raise InputFileError(path, f"not a .npy file (expected the embedding matrix `xdistill encode` writes): "
-                                   f"{exc or type(exc).__name__}") from None
+        raise InputFileError(
+            path,
+            f"not a .npy file (expected the embedding matrix `xdistill encode` writes): {exc or type(exc).__name__}",
+        ) from None
     if not isinstance(matrix, np.ndarray):  # an .npz archive loads as a mapping of arrays
         matrix.close()
-        raise InputFileError(path, "not a .npy file but an .npz archive; give the .npy matrix `xdistill encode` "
-                                   "writes")
+        raise InputFileError(path, "not a .npy file but an .npz archive; give the .npy matrix `xdistill encode` writes")
     if matrix.ndim != 2 or matrix.shape[0] == 0:
         raise InputFileError(path, f"expected a non-empty 2-D embedding matrix, got shape {matrix.shape}")
     if not np.issubdtype(matrix.dtype, np.floating):
@@ -57,22 +58,35 @@ def load_index(path: str | Path) -> np.ndarray:
     norms = np.linalg.norm(np.asarray(matrix[:INDEX_CHECK_ROWS], dtype=np.float64), axis=1)
     off = np.flatnonzero(~(np.abs(norms - 1) <= INDEX_NORM_TOLERANCE))
     if off.size:
-        raise InputFileError(path, f"row {off[0]} has length {norms[off[0]]:.4g}, not 1: the index must hold "
-                                   "L2-normalised embeddings (as `xdistill encode` writes them)")
+        raise InputFileError(
+            path,
+            f"row {off[0]} has length {norms[off[0]]:.4g}, not 1: the index must hold "
+            "L2-normalised embeddings (as `xdistill encode` writes them)",
+        )
     return matrix
 
 
-def search_index(queries: np.ndarray, corpus: np.ndarray, k: int, *, index_path: str | Path = "index",
-                 query_source: str = "queries", skip_rows: np.ndarray | None = None) -> Iterator[Hit]:
+def search_index(
+    queries: np.ndarray,
+    corpus: np.ndarray,
+    k: int,
+    *,
+    index_path: str | Path = "index",
+    query_source: str = "queries",
+    skip_rows: np.ndarray | None = None,
+) -> Iterator[Hit]:
     """The ``k`` nearest corpus rows of each query row (both L2-normalised), best first.
 
     ``skip_rows``: corpus rows never returned (the blank lines of the corpus: `xdistill encode` embeds
     every line, and the embedding of nothing sits close to short queries).
     """
     if queries.shape[1] != corpus.shape[1]:
-        raise InputFileError(index_path, f"the index holds {corpus.shape[1]}-d vectors but {query_source} embeds "
-                                         f"{queries.shape[1]}-d: query with a model that shares the index model's "
-                                         "space (the teacher and its distilled student do)")
+        raise InputFileError(
+            index_path,
+            f"the index holds {corpus.shape[1]}-d vectors but {query_source} embeds "
+            f"{queries.shape[1]}-d: query with a model that shares the index model's "
+            "space (the teacher and its distilled student do)",
+        )
     skipped = np.zeros(len(corpus), bool)
     if skip_rows is not None:
         skipped[skip_rows] = True
@@ -104,7 +118,9 @@ def write_hits(hits: list[Hit], queries: list[str], corpus: LineFile | None, out
     texts = corpus.lines(np.array([hit.corpus for hit in hits], dtype=np.int64)) if corpus and hits else None
     with atomic_path(output) as tmp, open(tmp, "w", encoding="utf-8", newline="") as handle:
         handle.write("query_line\trank\tcorpus_line\tscore\tquery\tcorpus_text\n")
-        handle.writelines(f"{hit.query + 1}\t{hit.rank}\t{hit.corpus + 1}\t{hit.score:.4f}\t"
-                          f"{tsv_field(queries[hit.query])}\t{tsv_field(texts[number]) if texts else ''}\n"
-                          for number, hit in enumerate(hits))
+        handle.writelines(
+            f"{hit.query + 1}\t{hit.rank}\t{hit.corpus + 1}\t{hit.score:.4f}\t"
+            f"{tsv_field(queries[hit.query])}\t{tsv_field(texts[number]) if texts else ''}\n"
+            for number, hit in enumerate(hits)
+        )
     return len(hits)

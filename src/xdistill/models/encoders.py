@@ -28,9 +28,7 @@ class Encoder(Protocol):
     spec: str
     dimension: int
 
-    def encode(
-        self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False
-    ) -> np.ndarray: ...
+    def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray: ...
 
 
 class SentenceTransformerEncoder:
@@ -39,7 +37,9 @@ class SentenceTransformerEncoder:
     def __init__(self, model: SentenceTransformer, spec: str) -> None:
         self.model = model
         self.spec = spec
-        self.dimension = int(model.get_embedding_dimension())
+        dimension = model.get_embedding_dimension()
+        assert dimension is not None  # None only for a model without a pooling or output module
+        self.dimension = int(dimension)
 
     def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
         texts = list(texts)

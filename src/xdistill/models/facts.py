@@ -1,6 +1,6 @@
 """Size and speed of a student folder: what the registry and RESULTS.md show beside its scores.
 
-One measurement for everyone (the ``register`` stage, ``bench/quality.py``): parameters, size on
+One measurement for everyone (the ``register`` stage, ``python -m bench.quality``): parameters, size on
 disk, output dimension, float32 index size per million sentences, and CPU encoding speed of
 ``SentenceTransformer.encode`` over the first :data:`SPEED_SENTENCES` English FLORES devtest
 sentences (batch 64, after a warm-up batch), with torch's thread count recorded beside it.
@@ -37,7 +37,9 @@ def student_facts(student_dir: str | Path, sentences: Sequence[str]) -> dict[str
 
     student_dir = Path(student_dir)
     model = SentenceTransformer(str(student_dir), device="cpu", local_files_only=True)
-    dimension = int(model.get_embedding_dimension())
+    dimension = model.get_embedding_dimension()
+    assert dimension is not None  # a student folder ends in Pooling (or Dense), which fixes its dimension
+    dimension = int(dimension)
     size = sum(p.stat().st_size for p in student_dir.rglob("*") if p.is_file())
     facts: dict[str, Any] = {
         "dimension": dimension,

@@ -45,12 +45,13 @@ def _read_cache(path: Path) -> dict[str, tuple[Stamp, str]]:
         items = entries.items()
     except (OSError, ValueError, AttributeError):
         return {}  # absent or damaged: it is only a cache, rebuilt as files are hashed
-    known = {}
+    known: dict[str, tuple[Stamp, str]] = {}
     for name, entry in items:
         try:
             *stamp, digest = entry
             if len(stamp) == 4:  # an entry of an older layout is hashed again
-                known[name] = (tuple(int(value) for value in stamp), str(digest))
+                size, mtime_ns, inode, ctime_ns = (int(value) for value in stamp)
+                known[name] = ((size, mtime_ns, inode, ctime_ns), str(digest))
         except (TypeError, ValueError):
             continue
     return known

@@ -36,7 +36,7 @@ def mpnet_part_files() -> list[Path]:
         pieces = [f for f in (dist.files or []) if ".zip." in f.name]
         if len(pieces) != 1:
             raise XdistillError(f"package {package}: expected one split-zip part, found {len(pieces)}")
-        path = Path(dist.locate_file(pieces[0]))
+        path = Path(str(dist.locate_file(pieces[0])))
         if not path.is_file():
             raise InputFileError(path, f"part file of {package} is missing (reinstall the package)")
         parts.append(path)
@@ -45,8 +45,12 @@ def mpnet_part_files() -> list[Path]:
 
 def _source_record(parts: list[Path]) -> dict:
     """What the cached folder was built from (contents' SHA-256 too); a mismatch means the cache is stale."""
-    return {"parts": [{"name": p.name, "size": p.stat().st_size, "sha256": digest}
-                      for p, digest in zip(parts, file_hashes(parts), strict=True)]}
+    return {
+        "parts": [
+            {"name": p.name, "size": p.stat().st_size, "sha256": digest}
+            for p, digest in zip(parts, file_hashes(parts), strict=True)
+        ]
+    }
 
 
 def concatenate_parts(parts: list[Path], target: Path) -> None:
@@ -62,7 +66,9 @@ def extract_model_folder(archive: Path, folder: Path) -> None:
     try:
         with zipfile.ZipFile(archive) as zf:
             names = [info for info in zf.infolist() if not info.is_dir()]
-            roots = [PurePosixPath(i.filename).parent for i in names if PurePosixPath(i.filename).name == "modules.json"]
+            roots = [
+                PurePosixPath(i.filename).parent for i in names if PurePosixPath(i.filename).name == "modules.json"
+            ]
             if len(roots) != 1:
                 raise InputFileError(archive, f"expected one modules.json in the assembled archive, found {len(roots)}")
             root = roots[0]
@@ -92,5 +98,6 @@ def assemble_mpnet(output_dir: str | Path | None = None, force: bool = False) ->
         extract_model_folder(archive, folder)
         archive.unlink()
 
-    return build_once(output_dir, _source_record(parts), assemble,
-                      f"all-mpnet-base-v2 from {len(parts)} part wheels", force)
+    return build_once(
+        output_dir, _source_record(parts), assemble, f"all-mpnet-base-v2 from {len(parts)} part wheels", force
+    )

@@ -24,14 +24,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 def _looks_like_path(spec: str) -> bool:
     """True when ``spec`` can only be a filesystem path (a hub id is ``name`` or ``org/name``)."""
-    return (
-        spec.startswith(("/", ".", "~"))
-        or "\\" in spec
-        or spec.count("/") > 1
-        or spec.endswith("/")
-    )
+    return spec.startswith(("/", ".", "~")) or "\\" in spec or spec.count("/") > 1 or spec.endswith("/")
 
 
 def _download_from_hub(spec: str) -> Path:

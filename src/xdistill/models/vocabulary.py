@@ -106,7 +106,9 @@ def _add_ids(tokenizer: Tokenizer, batch: list[str], used: set[int]) -> int:
 
 def single_character_ids(pieces: Sequence[str], characters: set[str]) -> set[int]:
     """Ids of the pieces that are one of ``characters``, with or without the word-start marker."""
-    return {i for i, piece in enumerate(pieces) if piece.removeprefix(METASPACE) in characters and piece.strip(METASPACE)}
+    return {
+        i for i, piece in enumerate(pieces) if piece.removeprefix(METASPACE) in characters and piece.strip(METASPACE)
+    }
 
 
 def trimmed_tokenizer_json(tokenizer_json: dict[str, Any], keep: Sequence[int]) -> dict[str, Any]:
@@ -172,8 +174,11 @@ def trim_vocabulary(model: SentenceTransformer, texts: Iterable[str]) -> Vocabul
 
     backbone = transformer_backbone(model)
     old_embeddings = backbone.get_input_embeddings()
+    assert isinstance(old_embeddings, nn.Embedding)  # the word-embedding table of every supported encoder
     if max(keep) >= old_embeddings.num_embeddings:
-        raise XdistillError(f"tokenizer id {max(keep)} is outside the {old_embeddings.num_embeddings}-row embedding table")
+        raise XdistillError(
+            f"tokenizer id {max(keep)} is outside the {old_embeddings.num_embeddings}-row embedding table"
+        )
     new_embeddings = _select_rows(old_embeddings, keep)
     backbone.set_input_embeddings(new_embeddings)
     backbone.config.vocab_size = len(keep)
@@ -181,12 +186,22 @@ def trim_vocabulary(model: SentenceTransformer, texts: Iterable[str]) -> Vocabul
     if pad_id is not None:
         backbone.config.pad_token_id = _remap({old: new for new, old in enumerate(keep)}, pad_id, "the padding token")
     model[0].processor = _tokenizer_like(model.tokenizer, trimmed_tokenizer_json(tokenizer_json, keep))
-    result = VocabularyTrim(pieces_before=len(pieces), pieces_after=len(keep),
-                            embedding_rows_before=old_embeddings.num_embeddings, corpus_texts=n_texts - len(prompts),
-                            corpus_pieces=len(corpus_ids))
-    log.info("vocabulary: kept %d of %d pieces (%d used by %d corpus texts); embedding table %d -> %d rows",
-             result.pieces_after, result.pieces_before, result.corpus_pieces, result.corpus_texts,
-             result.embedding_rows_before, len(keep))
+    result = VocabularyTrim(
+        pieces_before=len(pieces),
+        pieces_after=len(keep),
+        embedding_rows_before=old_embeddings.num_embeddings,
+        corpus_texts=n_texts - len(prompts),
+        corpus_pieces=len(corpus_ids),
+    )
+    log.info(
+        "vocabulary: kept %d of %d pieces (%d used by %d corpus texts); embedding table %d -> %d rows",
+        result.pieces_after,
+        result.pieces_before,
+        result.corpus_pieces,
+        result.corpus_texts,
+        result.embedding_rows_before,
+        len(keep),
+    )
     return result
 
 
@@ -223,8 +238,9 @@ def _tokenizer_like(tokenizer: Any, tokenizer_json: dict[str, Any]) -> Any:
     return trimmed
 
 
-def corpus_texts(parallel_files: Sequence[str | Path] = DEFAULT_PARALLEL_FILES,
-                 raw_dir: str | Path | None = DEFAULT_RAW_DIR) -> Iterator[str]:
+def corpus_texts(
+    parallel_files: Sequence[str | Path] = DEFAULT_PARALLEL_FILES, raw_dir: str | Path | None = DEFAULT_RAW_DIR
+) -> Iterator[str]:
     """The texts of ``vocabulary: corpus``: both sides of the parallel files, then the evaluation sets.
 
     The parallel pairs hold the configured languages and English. The evaluation sets come from
@@ -258,15 +274,20 @@ def evaluation_texts(raw_dir: str | Path, languages: Iterable[str]) -> Iterator[
         yield from (text for text in parser(path) if text)
 
 
-def apply_vocabulary_option(model: SentenceTransformer, option: str | None,
-                            parallel_files: Iterable[str | Path] = DEFAULT_PARALLEL_FILES,
-                            raw_dir: str | Path | None = DEFAULT_RAW_DIR) -> VocabularyTrim | None:
+def apply_vocabulary_option(
+    model: SentenceTransformer,
+    option: str | None,
+    parallel_files: Sequence[str | Path] = DEFAULT_PARALLEL_FILES,
+    raw_dir: str | Path | None = DEFAULT_RAW_DIR,
+) -> VocabularyTrim | None:
     """``train.student.vocabulary``: ``None`` keeps the full vocabulary, ``corpus`` trims to :func:`corpus_texts`
     of ``parallel_files`` (the run's train and dev pairs) and ``raw_dir``'s evaluation sets."""
     if option is None:
         return None
     if option not in VOCABULARY_OPTIONS:
-        raise XdistillError(f"params train.student.vocabulary must be null or one of {VOCABULARY_OPTIONS}, got {option!r}")
+        raise XdistillError(
+            f"params train.student.vocabulary must be null or one of {VOCABULARY_OPTIONS}, got {option!r}"
+        )
     return trim_vocabulary(model, corpus_texts(parallel_files, raw_dir))
 
 
@@ -284,8 +305,10 @@ def tokenisation_agreement(full: SentenceTransformer, trimmed: SentenceTransform
     full_tok, trimmed_tok = backend_tokenizer(full), backend_tokenizer(trimmed)
     same = 0
     for start in range(0, len(texts), _BATCH):
-        batch = list(texts[start:start + _BATCH])
-        for a, b in zip(full_tok.encode_batch(batch, add_special_tokens=False),
-                        trimmed_tok.encode_batch(batch, add_special_tokens=False)):
+        batch = list(texts[start : start + _BATCH])
+        for a, b in zip(
+            full_tok.encode_batch(batch, add_special_tokens=False),
+            trimmed_tok.encode_batch(batch, add_special_tokens=False),
+        ):
             same += a.tokens == b.tokens
     return same / len(texts)

@@ -125,8 +125,9 @@ def read_registration(path: str | Path = REGISTER_FILE, project: str | Path | No
     return {**record, "tracking_uri": resolve_tracking_uri(record["tracking_uri"], project)}
 
 
-def register_run(root: str | Path = ".", config: RegisterConfig | None = None, *,
-                 params_file: str | Path | None = None) -> Registration:
+def register_run(
+    root: str | Path = ".", config: RegisterConfig | None = None, *, params_file: str | Path | None = None
+) -> Registration:
     """Log the pipeline outputs under ``root`` to MLflow, register the student, write register.json.
 
     ``params_file`` (default ``<root>/params.yaml``) is logged as the run's parameters and, without
@@ -257,9 +258,11 @@ def _ensure_experiment(client: Any, name: str, tracking_uri: str) -> str:
     experiment = client.get_experiment_by_name(name)
     if experiment is not None and experiment.lifecycle_stage == "deleted":
         # MLflow keeps a deleted experiment's name taken and refuses runs in it
-        raise XdistillError(f"MLflow experiment '{name}' at {tracking_uri} was deleted: restore it (`mlflow "
-                            f"experiments restore --experiment-id {experiment.experiment_id}` or the UI) or set "
-                            "register.experiment to another name")
+        raise XdistillError(
+            f"MLflow experiment '{name}' at {tracking_uri} was deleted: restore it (`mlflow "
+            f"experiments restore --experiment-id {experiment.experiment_id}` or the UI) or set "
+            "register.experiment to another name"
+        )
     if experiment is not None:
         return experiment.experiment_id
     try:
@@ -378,4 +381,3 @@ def _undo(client: Any, model_name: str, version: str | None, run_id: str) -> lis
     for problem in problems:
         log.error("%s", problem)
     return problems
-

@@ -58,8 +58,12 @@ class Scores:
         }
         if self.references:
             tags[REFERENCES_TAG] = json.dumps(
-                {label: {"primary": ref.primary, "per_language": ref.per_language}
-                 for label, ref in sorted(self.references.items())}, sort_keys=True)
+                {
+                    label: {"primary": ref.primary, "per_language": ref.per_language}
+                    for label, ref in sorted(self.references.items())
+                },
+                sort_keys=True,
+            )
         if self.tasks:
             tags[TASKS_TAG] = json.dumps(list(self.tasks))
         if self.protocol:
@@ -78,8 +82,9 @@ class Scores:
         }
         tasks = tuple(str(task) for task in json.loads(tags.get(TASKS_TAG) or "[]"))
         protocol = json.loads(tags.get(PROTOCOL_TAG) or "{}")
-        return cls(float(tags[PRIMARY_SCORE_TAG]), {k: float(v) for k, v in per_language.items()}, references, tasks,
-                   protocol)
+        return cls(
+            float(tags[PRIMARY_SCORE_TAG]), {k: float(v) for k, v in per_language.items()}, references, tasks, protocol
+        )
 
 
 def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summary.json") -> Scores | None:
@@ -89,7 +94,9 @@ def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summar
     headline benchmark): such a model can be registered but never promoted.
     """
     if not isinstance(summary, Mapping):
-        raise InputFileError(source, f"expected a JSON object (primary_score, per_language, models), found {summary!r:.60}")
+        raise InputFileError(
+            source, f"expected a JSON object (primary_score, per_language, models), found {summary!r:.60}"
+        )
     primary = summary.get("primary_score")
     if primary is not None and (isinstance(primary, bool) or not isinstance(primary, int | float)):
         raise InputFileError(source, f"'primary_score' must be a number, not {primary!r}")
@@ -109,8 +116,16 @@ def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summar
         value = model.get("primary_score")
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
             references[label] = Scores(float(value), numeric_leaves(model.get("per_language") or {}))
-    tasks = tuple(sorted(key[len(TASK_PREFIX):] for key, value in summary.items() if key.startswith(TASK_PREFIX)
-                         and isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)))
+    tasks = tuple(
+        sorted(
+            key[len(TASK_PREFIX) :]
+            for key, value in summary.items()
+            if key.startswith(TASK_PREFIX)
+            and isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+        )
+    )
     protocol = summary.get("protocol") or {}
     if not isinstance(protocol, Mapping):
         raise InputFileError(source, "'protocol' must map each evaluation setting to its value")

@@ -57,8 +57,8 @@ def resolve_tracking_uri(uri: str | None, root: str | Path | None = None) -> str
             return f"sqlite:///{(base / path).resolve()}"
         return uri
     if uri.startswith("file:"):
-        path = Path(urlparse(uri).path or uri[len("file:") :])
-        return (path if path.is_absolute() else base / path).resolve().as_uri()
+        file_path = Path(urlparse(uri).path or uri[len("file:") :])
+        return (file_path if file_path.is_absolute() else base / file_path).resolve().as_uri()
     if "://" not in uri:
         return (Path(uri) if Path(uri).is_absolute() else base / uri).resolve().as_uri()
     return uri
@@ -144,7 +144,9 @@ def promotion_lock(tracking_uri: str, lock_file: str | None = None) -> Iterator[
             log.debug("holding promotion lock %s", path)
             yield path
     except Timeout as exc:
-        raise PromotionLockBusy(f"{path}: another promotion held the lock for {PROMOTION_LOCK_TIMEOUT_S:.0f} s") from exc
+        raise PromotionLockBusy(
+            f"{path}: another promotion held the lock for {PROMOTION_LOCK_TIMEOUT_S:.0f} s"
+        ) from exc
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "", sep: str = ".") -> dict[str, Any]:

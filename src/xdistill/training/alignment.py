@@ -25,14 +25,15 @@ teacher vectors of the sources:
   student and lets training move them; with a teacher no wider than the student P is a full basis
   and the lever reduces to a frozen Procrustes head;
 - a head to a smaller dimension k than both the student's and the teacher's (LEALLA-style): the top-k
-  principal axes of the centred unit embeddings; the feature-distillation projection (k -> teacher) starts as the least-squares fit
-  of the projected embeddings onto T.
+  principal axes of the centred unit embeddings; the feature-distillation projection (k -> teacher) starts as the
+  least-squares fit of the projected embeddings onto T.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -41,8 +42,11 @@ from torch import nn
 
 from xdistill.data.sampling import evenly_spaced
 from xdistill.errors import XdistillError
-from xdistill.training.batches import Featurizer, TokenizedPairs, encode_token_ids
 from xdistill.training.student import normalized_after_head, output_dense
+from xdistill.training.tokenized import Featurizer, TokenizedPairs, encode_token_ids
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 # Ridge strengths tried, relative to the mean diagonal of X^T X; the one with the lowest error on
 # held-out pairs is used (few pairs need strong shrinkage, thousands almost none).
@@ -58,7 +62,7 @@ class _Passthrough(nn.Module):
 
 
 @contextlib.contextmanager
-def modules_bypassed(student, *type_names: str) -> Iterator[None]:
+def modules_bypassed(student: SentenceTransformer, *type_names: str) -> Iterator[None]:
     """The student with every module of the given class names replaced by a pass-through."""
     names = [key for key, module in student._modules.items() if type(module).__name__ in type_names]
     saved = {name: student._modules[name] for name in names}
@@ -70,13 +74,20 @@ def modules_bypassed(student, *type_names: str) -> Iterator[None]:
         student._modules.update(saved)
 
 
-def head_bypassed(student):
+def head_bypassed(student: SentenceTransformer) -> contextlib.AbstractContextManager[None]:
     """The student without its Dense head (unit embeddings of the base encoder)."""
     return modules_bypassed(student, "Dense")
 
 
-def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, pairs: TokenizedPairs,
-                          n_pairs: int, batch_size: int, method: str = "procrustes") -> float:
+def align_head_to_teacher(
+    student: SentenceTransformer,
+    objective: nn.Module,
+    featurize: Featurizer,
+    pairs: TokenizedPairs,
+    n_pairs: int,
+    batch_size: int,
+    method: str = "procrustes",
+) -> float:
     """Set the student's Dense head (and the feature-distillation projection) as the module docstring says.
 
     Uses ``n_pairs`` evenly spread training pairs (both sides). Returns the MSE to the teacher
@@ -90,8 +101,10 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
     rows, ids, teacher = fit_sample(pairs, n_pairs)
     if out_dim < in_dim and out_dim != teacher.shape[1]:  # a head into a teacher narrower than the student is not one
         if method == "pca":
-            raise XdistillError(f"head_fit pca reduces the teacher to the student's dimension: a {out_dim}-d "
-                                f"teacher is narrower than the {in_dim}-d student (use procrustes)")
+            raise XdistillError(
+                f"head_fit pca reduces the teacher to the student's dimension: a {out_dim}-d "
+                f"teacher is narrower than the {in_dim}-d student (use procrustes)"
+            )
         _require_unit_outputs(student, "a low-dimensional head's principal-axes fit")
         with head_bypassed(student):
             unit = encode_token_ids(student, featurize, ids, batch_size).double()
@@ -115,10 +128,12 @@ def align_head_to_teacher(student, objective: nn.Module, featurize: Featurizer, 
     raise XdistillError(f"unknown head fit {method!r} (procrustes, least_squares, pca)")
 
 
-def _require_unit_outputs(student, fit: str, hint: str = "") -> None:
+def _require_unit_outputs(student: SentenceTransformer, fit: str, hint: str = "") -> None:
     if not normalized_after_head(student):
-        raise XdistillError(f"{fit} fits the head on unit vectors, but no Normalize module follows the student's "
-                            f"Dense head (its outputs would have another scale){hint}")
+        raise XdistillError(
+            f"{fit} fits the head on unit vectors, but no Normalize module follows the student's "
+            f"Dense head (its outputs would have another scale){hint}"
+        )
 
 
 def fit_sample(pairs: TokenizedPairs, n_pairs: int) -> tuple[np.ndarray, list, torch.Tensor]:
@@ -129,21 +144,24 @@ def fit_sample(pairs: TokenizedPairs, n_pairs: int) -> tuple[np.ndarray, list, t
     return rows, ids, torch.cat([pairs.teacher[torch.as_tensor(rows)]] * 2).double()
 
 
-def rotation_unavailable(student, teacher_dim: int) -> str | None:
+def rotation_unavailable(student: SentenceTransformer, teacher_dim: int) -> str | None:
     """Why the student's output cannot be rotated onto a ``teacher_dim``-d teacher's space; None when it can."""
     head = output_dense(student)
     if head is None:
         return "the student has no Dense head"
     if head.linear.weight.shape[0] != teacher_dim:
-        return (f"a {head.linear.weight.shape[0]}-d student lives in its own space, not in the "
-                f"{teacher_dim}-d teacher's (a low-dimensional head)")
+        return (
+            f"a {head.linear.weight.shape[0]}-d student lives in its own space, not in the "
+            f"{teacher_dim}-d teacher's (a low-dimensional head)"
+        )
     if not normalized_after_head(student):
         return "no Normalize module follows the Dense head (a rotation keeps cosines only of unit outputs)"
     return None
 
 
-def rotate_output_to_teacher(student, featurize: Featurizer, pairs: TokenizedPairs, n_pairs: int,
-                             batch_size: int) -> tuple[dict[str, float], torch.Tensor]:
+def rotate_output_to_teacher(
+    student: SentenceTransformer, featurize: Featurizer, pairs: TokenizedPairs, n_pairs: int, batch_size: int
+) -> tuple[dict[str, float], torch.Tensor]:
     """Rotate the finished student's output onto the teacher's space; returns the fit MSE before and after,
     and the rotated student's embeddings of the fit sample (:func:`fit_sample` of ``n_pairs``: float32, equal
     to encoding it again to rounding), which a later fit on the same sample reuses instead of encoding.
@@ -159,7 +177,9 @@ def rotate_output_to_teacher(student, featurize: Featurizer, pairs: TokenizedPai
     reason = rotation_unavailable(student, pairs.teacher.shape[1])
     if reason is not None:
         raise XdistillError(f"export_rotation: {reason}")
-    linear = output_dense(student).linear
+    head = output_dense(student)
+    assert head is not None  # rotation_unavailable gave a reason for a student without one
+    linear = head.linear
     rows, ids, teacher = fit_sample(pairs, n_pairs)
     embeddings = encode_token_ids(student, featurize, ids, batch_size).double()
     rotation = procrustes_map(embeddings, teacher)  # [dim, dim], orthogonal
@@ -167,12 +187,19 @@ def rotate_output_to_teacher(student, featurize: Featurizer, pairs: TokenizedPai
         weight, bias = linear.weight.detach().cpu().double(), linear.bias.detach().cpu().double()
         _set_linear(linear, rotation.T @ weight, rotation.T @ bias)
     rotated = embeddings @ rotation
-    return ({"pairs": len(rows), "mse_before": float(torch.mean((embeddings - teacher) ** 2)),
-             "mse_after": float(torch.mean((rotated - teacher) ** 2))}, rotated.float())
+    return (
+        {
+            "pairs": len(rows),
+            "mse_before": float(torch.mean((embeddings - teacher) ** 2)),
+            "mse_after": float(torch.mean((rotated - teacher) ** 2)),
+        },
+        rotated.float(),
+    )
 
 
-def mean_pooled_norm(student, featurize: Featurizer, pairs: TokenizedPairs, batch_size: int,
-                     n_texts: int = 256) -> float:
+def mean_pooled_norm(
+    student: SentenceTransformer, featurize: Featurizer, pairs: TokenizedPairs, batch_size: int, n_texts: int = 256
+) -> float:
     """The mean L2 norm of the encoder's pooled embeddings (before head and Normalize) of training texts."""
     rows = evenly_spaced(len(pairs), max(n_texts // 2, 1))
     ids = [pairs.src[i] for i in rows] + [pairs.tgt[i] for i in rows]
@@ -206,8 +233,9 @@ def pca_head_map(unit: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     return rotation @ axes.T
 
 
-def ridge_map(source: torch.Tensor, target: torch.Tensor, ridge: float | None = None,
-              groups: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def ridge_map(
+    source: torch.Tensor, target: torch.Tensor, ridge: float | None = None, groups: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(W [in, out], b [out])`` minimising ``||source W + b - target||^2 + lambda ||W||^2``.
 
     The bias is not penalised (it is fitted on centred data); lambda is ``ridge`` times the mean
@@ -240,8 +268,9 @@ def _cross_validated_ridge(source: torch.Tensor, target: torch.Tensor, groups: t
     return RIDGE_GRID[int(np.argmin(errors))]
 
 
-def _principal_axes_head(linear: nn.Linear, unit: torch.Tensor, teacher: torch.Tensor,
-                         projection: nn.Module | None) -> float:
+def _principal_axes_head(
+    linear: nn.Linear, unit: torch.Tensor, teacher: torch.Tensor, projection: nn.Linear | None
+) -> float:
     out_dim = linear.weight.shape[0]
     # principal axes of the centred embeddings: the common direction every embedding shares
     # carries no information and gets no axis

@@ -1,126 +1,94 @@
-"""Pre-tokenised texts on their way through the student: token ids, padded features, embeddings.
+"""Parallel training pairs: one-time tokenisation and length-bucketed batches.
 
-The trainer tokenises every text once up front (:func:`xdistill.training.pairs.tokenize_texts`)
-and works on token-id lists from then on; this module turns them into the student's input
-features and embeddings, in length order so padding stays small.
+Pairs are tokenised once up front (sentence-transformers' trainer tokenises every batch again)
+and batched so that pairs of similar length share a batch, which removes most padding. The batch
+order of an epoch is a pure function of ``(seed, epoch)``, so the data position of a run is just
+the number of batches consumed: resuming needs no sampler state.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import logging
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from xdistill.training.pairs import ParallelPairs, pad_batch, tokenize_texts
+# The pairs are read by the owner of their file format; the trainer (setup.py) imports them from here.
+from xdistill.data.parallel_tsv import ParallelPairs, read_parallel_pairs
 
-logger = logging.getLogger(__name__)
-PROGRESS_MIN_TEXTS = 20_000  # encodes of at least this many texts log their progress
+__all__ = ["BatchStream", "ParallelPairs", "epoch_batches", "pad_batch", "read_parallel_pairs", "tokenize_texts"]
 
 
-@dataclass
-class TokenizedPairs:
-    """Token ids of both sides, the teacher vectors of the sources, and each pair's language."""
+def tokenize_texts(
+    tokenizer, texts: Sequence[str], max_length: int, prompt: str = "", chunk: int = 4096
+) -> list[list[int]]:
+    """Token ids of ``prompt + text`` for every text, truncated to ``max_length`` (no padding)."""
+    ids: list[list[int]] = []
+    for start in range(0, len(texts), chunk):
+        batch = [prompt + text for text in texts[start : start + chunk]]
+        encoded = tokenizer(batch, truncation=True, max_length=max_length, padding=False)
+        ids.extend(encoded["input_ids"])
+    return ids
 
-    src: list[list[int]]
-    tgt: list[list[int]]
-    teacher: torch.Tensor  # float32 [n, teacher_dim]
-    langs: list[str] | None = None
 
-    def __len__(self) -> int:
-        return len(self.src)
+def pad_batch(token_ids: Sequence[Sequence[int]], pad_id: int, with_token_types: bool) -> dict[str, torch.Tensor]:
+    """Right-pad a list of token-id lists into model features."""
+    width = max(len(ids) for ids in token_ids)
+    input_ids = torch.full((len(token_ids), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(token_ids), width), dtype=torch.long)
+    for row, ids in enumerate(token_ids):
+        input_ids[row, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+        attention[row, : len(ids)] = 1
+    features = {"input_ids": input_ids, "attention_mask": attention}
+    if with_token_types:
+        features["token_type_ids"] = torch.zeros_like(input_ids)
+    return features
+
+
+def epoch_batches(
+    lengths: np.ndarray, batch_size: int, seed: int, epoch: int, bucket_batches: int = 64
+) -> list[np.ndarray]:
+    """Length-bucketed batches of pair indices for one epoch, a pure function of ``(seed, epoch)``.
+
+    The pairs are shuffled, cut into pools of ``bucket_batches`` batches, sorted by length inside
+    each pool and cut into batches; the batch order is then shuffled. Every batch has exactly
+    ``batch_size`` pairs (the few left over join a later epoch's shuffle), which keeps gradient
+    averaging identical however many processes share a batch.
+    """
+    n = len(lengths)
+    if n < batch_size:
+        raise ValueError(f"{n} training pairs are fewer than one batch of {batch_size}")
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(n)[: (n // batch_size) * batch_size]
+    pool = batch_size * bucket_batches
+    batches: list[np.ndarray] = []
+    for start in range(0, len(order), pool):
+        chunk = order[start : start + pool]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+class BatchStream:
+    """Endless stream of length-bucketed batches; ``position`` batches consumed so far."""
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, position: int = 0) -> None:
+        self.lengths = lengths
+        self.batch_size = batch_size
+        self.seed = seed
+        self.batches_per_epoch = len(lengths) // batch_size
+        self.position = position
+        self._epoch = -1
+        self._batches: list[np.ndarray] = []
 
     @property
-    def lengths(self) -> np.ndarray:
-        return np.fromiter((max(len(a), len(b)) for a, b in zip(self.src, self.tgt, strict=True)), dtype=np.int64)
+    def epoch(self) -> int:
+        return self.position // max(self.batches_per_epoch, 1)
 
-
-def tokenize_pairs(pairs: ParallelPairs, student, prompt: str, max_length: int, store) -> TokenizedPairs:
-    """Tokenise both sides (``prompt + text``, truncated to ``max_length``) and look the teacher vectors up."""
-    tokenizer = student.tokenizer
-    teacher = torch.from_numpy(np.asarray(store.lookup(pairs.sources), dtype=np.float32))
-    return TokenizedPairs(
-        tokenize_texts(tokenizer, pairs.sources, max_length, prompt),
-        tokenize_texts(tokenizer, pairs.translations, max_length, prompt),
-        teacher,
-        list(pairs.langs),
-    )
-
-
-class Featurizer:
-    """Pads token-id lists into the student's input features on the training device."""
-
-    def __init__(self, student, device: torch.device) -> None:
-        tokenizer = student.tokenizer
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self.with_token_types = "token_type_ids" in getattr(tokenizer, "model_input_names", [])
-        self.device = device
-
-    def __call__(self, token_ids: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
-        features = pad_batch(token_ids, self.pad_id, self.with_token_types)
-        return {k: v.to(self.device, non_blocking=True) for k, v in features.items()}
-
-
-# When bf16 autocast applies (the ``train.autocast_bf16`` param): on a GPU only, on a GPU and on a CPU with bf16
-# instructions, on any device, or never.
-AUTOCAST_MODES = ("cuda", "auto", "always", "never")
-
-
-def autocast_context(device: torch.device, mode: str):
-    """bf16 autocast of the training steps on ``device`` when ``mode`` (``train.autocast_bf16``) asks for it.
-
-    ``cuda`` keeps CPU work in fp32: without native bf16 instructions a CPU emulates it, slower than fp32;
-    ``auto`` uses it on a CPU that has them. Weights, gradients and the losses stay fp32 either way
-    (autocast lowers the matrix products only), and so does every embedding outside the steps."""
-    if not uses_bf16_autocast(device, mode):
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16)
-
-
-def uses_bf16_autocast(device: torch.device, mode: str) -> bool:
-    """Whether the training steps on ``device`` run under bf16 autocast with ``train.autocast_bf16: mode``."""
-    on_cpu = device.type != "cuda"
-    return not (mode == "never" or (on_cpu and (mode == "cuda" or (mode == "auto" and not cpu_has_native_bf16()))))
-
-
-@functools.cache
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX), where CPU autocast pays off."""
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
-
-
-@torch.no_grad()
-def encode_token_ids(student, featurize: Featurizer, token_ids: Sequence[Sequence[int]], batch_size: int) -> torch.Tensor:
-    """Student embeddings (float32, CPU) of pre-tokenised texts, batched in length order."""
-    order = np.argsort([-len(ids) for ids in token_ids], kind="stable")
-    out: torch.Tensor | None = None
-    was_training = student.training
-    student.eval()
-    # a large encode (an adapter's 100k pairs: minutes) logs each tenth, so the stage's log shows it moving
-    report_every = -(-len(order) // 10) if len(order) >= PROGRESS_MIN_TEXTS else 0
-    began, next_report = time.perf_counter(), report_every
-    try:
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            # plain fp32 on every device: validation, head fits and adapters see what users' encode sees
-            emb = student(featurize([token_ids[i] for i in batch]))["sentence_embedding"].float().cpu()
-            if out is None:
-                out = torch.empty((len(order), emb.shape[1]), dtype=torch.float32)
-            out[torch.as_tensor(batch)] = emb
-            done = start + len(batch)
-            if report_every and (done >= next_report or done == len(order)):
-                rate = done / max(time.perf_counter() - began, 1e-9)
-                logger.info("encoded %d/%d texts (%.0f texts/s, eta %.0f s)", done, len(order), rate,
-                            (len(order) - done) / rate)
-                next_report = done - done % report_every + report_every
-    finally:
-        student.train(was_training)
-    if out is None:
-        raise ValueError("no texts to encode")
-    return out
+    def next(self) -> np.ndarray:
+        epoch, index = divmod(self.position, self.batches_per_epoch)
+        if epoch != self._epoch:
+            self._batches = epoch_batches(self.lengths, self.batch_size, self.seed, epoch)
+            self._epoch = epoch
+        self.position += 1
+        return self._batches[index]

@@ -108,12 +108,16 @@ def load_checkpoint(directory: Path, name: str, fingerprint: str) -> dict[str, A
         return None
     try:
         payload = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # noqa: BLE001 - an unreadable checkpoint only means "start fresh"
+    except Exception as exc:  # an unreadable checkpoint only means "start fresh"
         logger.warning("ignoring unreadable checkpoint %s (%s)", path, exc)
         return None
     if payload.get("fingerprint") != fingerprint:
-        logger.info("checkpoint %s belongs to other settings (%s != %s): starting fresh",
-                    path, payload.get("fingerprint"), fingerprint)
+        logger.info(
+            "checkpoint %s belongs to other settings (%s != %s): starting fresh",
+            path,
+            payload.get("fingerprint"),
+            fingerprint,
+        )
         return None
     return payload
 

@@ -28,15 +28,20 @@ def plot_training_curves(history: list[dict[str, Any]], path: str | Path, best_s
         loss_ax.legend(fontsize=8)
 
     dev_steps = [row["step"] for row in dev]
-    for key, marker, label in (("dev_mse_x100_src", "o-", "student(src) vs teacher(src)"),
-                               ("dev_mse_x100_tgt", "s-", "student(tgt) vs teacher(src)")):
+    for key, marker, label in (
+        ("dev_mse_x100_src", "o-", "student(src) vs teacher(src)"),
+        ("dev_mse_x100_tgt", "s-", "student(tgt) vs teacher(src)"),
+    ):
         mse_ax.plot(dev_steps, [row.get(key, float("nan")) for row in dev], marker, label=label)
     mse_ax.set(title="dev MSE to the teacher (x 100)", xlabel="step")
     mse_ax.legend(fontsize=8)
 
-    for key, marker, label in (("dev_score", "D-", "dev score (selection)"), ("dev_sts", "o-", "STS dev (Spearman x 100)"),
-                               ("dev_accuracy", "s-", "translation retrieval %"),
-                               ("dev_teacher_accuracy", "^-", "teacher-space retrieval %")):
+    for key, marker, label in (
+        ("dev_score", "D-", "dev score (selection)"),
+        ("dev_sts", "o-", "STS dev (Spearman x 100)"),
+        ("dev_accuracy", "s-", "translation retrieval %"),
+        ("dev_teacher_accuracy", "^-", "teacher-space retrieval %"),
+    ):
         acc_ax.plot(dev_steps, [row.get(key, float("nan")) for row in dev], marker, label=label)
     acc_ax.set(title="dev quality (points)", xlabel="step")
     acc_ax.legend(fontsize=8)

@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -31,8 +32,11 @@ from torch import nn
 
 from xdistill.errors import XdistillError
 from xdistill.models.backbone import transformer_backbone
-from xdistill.training.batches import Featurizer, TokenizedPairs
 from xdistill.training.student import layer_stack
+from xdistill.training.tokenized import Featurizer, TokenizedPairs
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +83,13 @@ class FrozenStates:
 
     def summary(self) -> dict[str, float]:
         """What the run reports: texts, tokens, megabytes and the pass's seconds."""
-        return {"frozen_layers": self.frozen_layers, "texts": len(self.offsets) - 1, "tokens": int(self.offsets[-1]),
-                "megabytes": round(self.nbytes / 2**20, 1), "seconds": round(self.seconds, 2)}
+        return {
+            "frozen_layers": self.frozen_layers,
+            "texts": len(self.offsets) - 1,
+            "tokens": int(self.offsets[-1]),
+            "megabytes": round(self.nbytes / 2**20, 1),
+            "seconds": round(self.seconds, 2),
+        }
 
     @property
     def pairs(self) -> int:
@@ -90,7 +99,7 @@ class FrozenStates:
     def nbytes(self) -> int:
         return self.states.element_size() * self.states.numel()
 
-    def features(self, pair_indices: Sequence[int], device: torch.device) -> dict[str, torch.Tensor]:
+    def features(self, pair_indices: Sequence[int] | np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
         """A step's features: the sources of ``pair_indices``, then their translations, right-padded."""
         texts = [int(i) for i in pair_indices] + [int(i) + self.pairs for i in pair_indices]
         starts, ends = self.offsets[texts], self.offsets[np.asarray(texts) + 1]
@@ -100,12 +109,21 @@ class FrozenStates:
         for row, (start, end) in enumerate(zip(starts, ends, strict=True)):
             hidden[row, : end - start] = self.states[start:end]
             mask[row, : end - start] = 1
-        return {CACHED_STATES: hidden.to(device, non_blocking=True), "attention_mask": mask.to(device, non_blocking=True)}
+        return {
+            CACHED_STATES: hidden.to(device, non_blocking=True),
+            "attention_mask": mask.to(device, non_blocking=True),
+        }
 
 
 @torch.no_grad()
-def compute_frozen_states(student, featurize: Featurizer, train: TokenizedPairs, frozen_layers: int,
-                          batch_size: int, dtype: torch.dtype = torch.float16) -> FrozenStates:
+def compute_frozen_states(
+    student: SentenceTransformer,
+    featurize: Featurizer,
+    train: TokenizedPairs,
+    frozen_layers: int,
+    batch_size: int,
+    dtype: torch.dtype = torch.float16,
+) -> FrozenStates:
     """Run the embedding block and the first ``frozen_layers`` layers once over every training text.
 
     Texts go in length order (little padding); each text keeps exactly its own tokens' states, so a
@@ -132,17 +150,29 @@ def compute_frozen_states(student, featurize: Featurizer, train: TokenizedPairs,
                     states[offsets[i] : offsets[i + 1]] = out[row, : lengths[i]].to(dtype)
                 if time.perf_counter() - reported > 30:  # long work shows progress
                     reported = time.perf_counter()
-                    logger.info("frozen-layer states: %d of %d texts (%.0f texts/s)", min(done * batch_size, len(order)),
-                                len(order), done * batch_size / (reported - started))
+                    logger.info(
+                        "frozen-layer states: %d of %d texts (%.0f texts/s)",
+                        min(done * batch_size, len(order)),
+                        len(order),
+                        done * batch_size / (reported - started),
+                    )
     finally:
         backbone.train(was_training)
     cache = FrozenStates(states, offsets, frozen_layers, time.perf_counter() - started)
-    logger.info("frozen-layer states of %d texts (%d tokens, %.0f MB) computed through %d layers in %.0f s",
-                len(texts), int(offsets[-1]), cache.nbytes / 2**20, frozen_layers, cache.seconds)
+    logger.info(
+        "frozen-layer states of %d texts (%d tokens, %.0f MB) computed through %d layers in %.0f s",
+        len(texts),
+        int(offsets[-1]),
+        cache.nbytes / 2**20,
+        frozen_layers,
+        cache.seconds,
+    )
     return cache
 
 
-def embed_from_states(student, features: dict[str, torch.Tensor], frozen_layers: int) -> torch.Tensor:
+def embed_from_states(
+    student: SentenceTransformer, features: dict[str, torch.Tensor], frozen_layers: int
+) -> torch.Tensor:
     """The student's sentence embeddings from cached frozen-layer states: the upper layers, pooling, head."""
     backbone = transformer_backbone(student)
     with _cut(backbone, slice(frozen_layers, None), hand_through=True):

@@ -20,15 +20,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from xdistill.errors import XdistillError
 from xdistill.training.student import load_trainable_state_dict, normalized_after_head, output_dense
 
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
-def interpolate_states(start: Mapping[str, torch.Tensor], end: Mapping[str, torch.Tensor],
-                       alpha: float) -> dict[str, torch.Tensor]:
+
+def interpolate_states(
+    start: Mapping[str, torch.Tensor], end: Mapping[str, torch.Tensor], alpha: float
+) -> dict[str, torch.Tensor]:
     """``(1 - alpha) * start + alpha * end`` for every floating-point tensor (others taken from ``end``).
 
     LoRA factors are the exception: the update ``B A`` is what lies on the line. With ``B`` zero at the
@@ -62,11 +67,17 @@ def check_alphas(alphas: Sequence[float]) -> list[float]:
     return values
 
 
-def choose_interpolation(student: torch.nn.Module, start: Mapping[str, torch.Tensor], end: Mapping[str, torch.Tensor],
-                         alphas: Sequence[float], measure: Callable[[], dict[str, float]],
-                         better: Callable[[float, float | None], bool], metric: str,
-                         known: Mapping[float, dict[str, float]] | None = None,
-                         tolerance: float = 0.0) -> tuple[float, dict[float, dict[str, float]]]:
+def choose_interpolation(
+    student: SentenceTransformer,
+    start: Mapping[str, torch.Tensor],
+    end: Mapping[str, torch.Tensor],
+    alphas: Sequence[float],
+    measure: Callable[[], dict[str, float]],
+    better: Callable[[float, float | None], bool],
+    metric: str,
+    known: Mapping[float, dict[str, float]] | None = None,
+    tolerance: float = 0.0,
+) -> tuple[float, dict[float, dict[str, float]]]:
     """Measure the student at each ``alpha`` and leave it at the best one; returns ``(alpha, all measurements)``.
 
     ``measure()`` evaluates the student as currently loaded; ``known`` supplies measurements
@@ -91,13 +102,12 @@ def choose_interpolation(student: torch.nn.Module, start: Mapping[str, torch.Ten
         raise XdistillError(f"WiSE-FT: {metric} is not finite at any interpolation weight; nothing to choose by")
     if tolerance > 0:
         best_value = results[best_alpha][metric]
-        best_alpha = min(a for a, m in results.items()
-                         if a <= best_alpha and abs(m[metric] - best_value) <= tolerance)
+        best_alpha = min(a for a, m in results.items() if a <= best_alpha and abs(m[metric] - best_value) <= tolerance)
     load_trainable_state_dict(student, interpolate_states(start, end, best_alpha))
     return best_alpha, results
 
 
-def check_identity_head(student: torch.nn.Module) -> None:
+def check_identity_head(student: SentenceTransformer) -> None:
     """Refuse ``interpolation_from: base`` for a student whose head cannot be the identity (checked before
     training, so a run does not train for nothing)."""
     head = output_dense(student)
@@ -105,15 +115,20 @@ def check_identity_head(student: torch.nn.Module) -> None:
         raise XdistillError("train.interpolation_from: base needs a student with a Dense head")
     out_dim, in_dim = head.linear.weight.shape
     if out_dim < in_dim:
-        raise XdistillError(f"train.interpolation_from: base needs a head at least as wide as the encoder "
-                            f"({in_dim} -> {out_dim} cannot be the identity); use interpolation_from: start")
+        raise XdistillError(
+            f"train.interpolation_from: base needs a head at least as wide as the encoder "
+            f"({in_dim} -> {out_dim} cannot be the identity); use interpolation_from: start"
+        )
     if not normalized_after_head(student):  # a = 0 is the base itself only when the output is normalised
-        raise XdistillError("train.interpolation_from: base needs a Normalize module after the student's Dense head; "
-                            "use interpolation_from: start")
+        raise XdistillError(
+            "train.interpolation_from: base needs a Normalize module after the student's Dense head; "
+            "use interpolation_from: start"
+        )
 
 
-def with_identity_head(student: torch.nn.Module, state: Mapping[str, torch.Tensor],
-                       scale: float = 1.0) -> dict[str, torch.Tensor]:
+def with_identity_head(
+    student: SentenceTransformer, state: Mapping[str, torch.Tensor], scale: float = 1.0
+) -> dict[str, torch.Tensor]:
     """``state`` with the student's Dense head set to ``scale`` x the identity (zero-padded to a wider output).
 
     The Normalize after the head makes the scale irrelevant at ``a = 0``; in between, a ``scale`` of
@@ -122,6 +137,7 @@ def with_identity_head(student: torch.nn.Module, state: Mapping[str, torch.Tenso
     """
     check_identity_head(student)
     head = output_dense(student)
+    assert head is not None  # check_identity_head raised for a student without one
     out_dim, in_dim = head.linear.weight.shape
     names = {id(parameter): name for name, parameter in student.named_parameters()}
     identity = dict(state)

@@ -58,8 +58,9 @@ def mse_distillation_loss(student_src: Tensor, student_tgt: Tensor, teacher_src:
     return 0.5 * (F.mse_loss(student_src, teacher_src) + F.mse_loss(student_tgt, teacher_src))
 
 
-def feature_distillation_loss(projection: nn.Module, student_src: Tensor, student_tgt: Tensor,
-                              teacher_src: Tensor) -> Tensor:
+def feature_distillation_loss(
+    projection: nn.Module, student_src: Tensor, student_tgt: Tensor, teacher_src: Tensor
+) -> Tensor:
     """LEALLA feature distillation: project the student (dim -> teacher dim), then the MSE above.
 
     ``projection`` is trainable and lives in the objective, so a low-dimensional student learns
@@ -73,8 +74,9 @@ def cosine_similarity_matrix(left: Tensor, right: Tensor) -> Tensor:
     return F.normalize(left, dim=-1) @ F.normalize(right, dim=-1).T
 
 
-def logit_distillation_loss(student_src: Tensor, student_tgt: Tensor, teacher_src: Tensor,
-                            temperature: float) -> Tensor:
+def logit_distillation_loss(
+    student_src: Tensor, student_tgt: Tensor, teacher_src: Tensor, temperature: float
+) -> Tensor:
     """LEALLA logit distillation: match the in-batch similarity structure of the teacher.
 
     Teacher logits: ``cos(teacher_src_i, teacher_src_j) / T`` (the teacher is English-only, so its
@@ -114,8 +116,9 @@ def in_batch_ranking_loss(logits: Tensor, same: Tensor | None = None) -> Tensor:
     return F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)
 
 
-def additive_margin_softmax_loss(src: Tensor, tgt: Tensor, margin: float, scale: float,
-                                 same: Tensor | None = None) -> Tensor:
+def additive_margin_softmax_loss(
+    src: Tensor, tgt: Tensor, margin: float, scale: float, same: Tensor | None = None
+) -> Tensor:
     """LaBSE's bidirectional in-batch translation ranking with an additive margin.
 
     Logits ``scale * (cos(src_i, tgt_j) - margin * [i == j])``; cross-entropy with the true
@@ -208,8 +211,10 @@ class LossConfig:
         if not any(getattr(self, name) > 0 for name in LOSS_NAMES):
             raise XdistillError(f"every loss weight is 0; turn on at least one of {', '.join(LOSS_NAMES)}")
         if min(self.temperature, self.scale, self.ranking_scale) <= 0:
-            raise XdistillError(f"temperature, scale and ranking_scale must be positive, got "
-                                f"{self.temperature}, {self.scale}, {self.ranking_scale}")
+            raise XdistillError(
+                f"temperature, scale and ranking_scale must be positive, got "
+                f"{self.temperature}, {self.scale}, {self.ranking_scale}"
+            )
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> LossConfig:
@@ -251,16 +256,18 @@ class DistillationObjective(nn.Module):
             nn.Linear(self.student_dim, self.teacher_dim) if self.config.feature_distillation > 0 else None
         )
 
-    def forward(self, student_src: Tensor, student_tgt: Tensor,
-                teacher_src: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    def forward(
+        self, student_src: Tensor, student_tgt: Tensor, teacher_src: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         # Losses in float32 even under bf16 autocast: cosines / T, scale * cosines and the duplicate mask
         # (teacher cosine > 0.9999) need the precision. `.float()` alone is not enough: autocast would
         # still run every matmul and the projection in bf16 (steps of ~0.004 near cosine 1).
         with torch.autocast(device_type=student_src.device.type, enabled=False):
             return self._losses(student_src.float(), student_tgt.float(), teacher_src.float())
 
-    def _losses(self, student_src: Tensor, student_tgt: Tensor,
-                teacher_src: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    def _losses(
+        self, student_src: Tensor, student_tgt: Tensor, teacher_src: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         parts: dict[str, Tensor] = {}
         if self.config.mse > 0:
             parts["mse"] = mse_distillation_loss(student_src, student_tgt, teacher_src)

@@ -9,9 +9,16 @@ from typing import Any
 from xdistill.io import atomic_path, write_json_atomic
 
 
-def write_reports(state: Any, params: Any, outputs: Any, resumed_from: int | None,
-                  interpolation: dict[str, Any] | None, rotation: dict[str, Any] | None = None,
-                  teacher_adapter: dict[str, Any] | None = None, frozen_cache: dict[str, Any] | None = None) -> None:
+def write_reports(
+    state: Any,
+    params: Any,
+    outputs: Any,
+    resumed_from: int | None,
+    interpolation: dict[str, Any] | None,
+    rotation: dict[str, Any] | None = None,
+    teacher_adapter: dict[str, Any] | None = None,
+    frozen_cache: dict[str, Any] | None = None,
+) -> None:
     """``outputs.metrics`` (summary JSON), ``outputs.history_csv`` and ``outputs.plot`` of a finished run."""
     chosen = interpolation["selected"] if interpolation else state.best_metrics or state.last_metrics
     summary = {

@@ -17,11 +17,11 @@ from xdistill.errors import XdistillError
 from xdistill.training.losses import LossConfig
 from xdistill.training.validation import DEV_MINING_THRESHOLDS, SELECTION_METRICS, DevScoreWeights
 
-
 # Keys that act only after the training loop, on the student it chose (what is exported): a finished
 # run's checkpoints stay valid when they change, so they stay out of the checkpoint fingerprint.
-EXPORT_ONLY_PARAMS = frozenset({"interpolation", "interpolation_from", "interpolation_tolerance", "export_rotation",
-                                "teacher_adapter"})
+EXPORT_ONLY_PARAMS = frozenset(
+    {"interpolation", "interpolation_from", "interpolation_tolerance", "export_rotation", "teacher_adapter"}
+)
 
 
 @dataclass
@@ -48,7 +48,7 @@ class TrainParams:
     interpolation_from: str = "start"  # "start": the student as training started; "base": the untrained base
     interpolation_tolerance: float = 0.0  # export the smallest a within this much of the best (interpolation.py)
     export_rotation: bool = False  # rotate the exported student onto the teacher's space (alignment.py)
-    teacher_adapter: dict[str, Any] = field(default_factory=dict)  # a teacher-space output (teacher_adapter.py)
+    teacher_adapter: dict[str, Any] = field(default_factory=dict)  # a teacher-space output (adapter/fit.py)
     collapse_threshold: float = 0.95
     train_max_pairs: int | None = None
     dev_max_pairs: int | None = 500
@@ -64,8 +64,10 @@ class TrainParams:
     def from_params(cls, section: dict[str, Any] | None) -> TrainParams:
         moved = sorted(set(section or {}) & {"threads", "log_every"})
         if moved:
-            raise XdistillError(f"params train: {', '.join(moved)} moved to the runtime section (how a run executes, "
-                                "not what it produces, so no stage depends on it)")
+            raise XdistillError(
+                f"params train: {', '.join(moved)} moved to the runtime section (how a run executes, "
+                "not what it produces, so no stage depends on it)"
+            )
         return parse_section(cls, section, "train")
 
     def __post_init__(self) -> None:
@@ -81,41 +83,51 @@ class TrainParams:
             raise XdistillError(f"params train.selection_metric must be one of {sorted(SELECTION_METRICS)}")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise XdistillError("params train.warmup_ratio must be in [0, 1)")
-        from xdistill.training.batches import AUTOCAST_MODES
+        from xdistill.training.tokenized import AUTOCAST_MODES
 
         if self.autocast_bf16 not in AUTOCAST_MODES:
-            raise XdistillError(f"params train.autocast_bf16 must be one of {', '.join(AUTOCAST_MODES)}, "
-                                f"got {self.autocast_bf16!r}")
+            raise XdistillError(
+                f"params train.autocast_bf16 must be one of {', '.join(AUTOCAST_MODES)}, got {self.autocast_bf16!r}"
+            )
         for key in ("max_seq_length", "eval_batch_size", "train_max_pairs", "dev_max_pairs"):
             value = getattr(self, key)
             if value is not None and value < 1:  # caught here, not after the data and the model are loaded
-                raise XdistillError(f"params train.{key} must be >= 1{' or null' if key.endswith('pairs') else ''}, "
-                                    f"got {value}")
+                raise XdistillError(
+                    f"params train.{key} must be >= 1{' or null' if key.endswith('pairs') else ''}, got {value}"
+                )
         if self.selection_metric == "dev_sts" and self.dev_sts_max_pairs == 0:
             raise XdistillError("params train.selection_metric dev_sts needs STS dev pairs (dev_sts_max_pairs is 0)")
         if self.eval_every < 1 or self.checkpoint_every < 1 or self.align_pairs < 1:
             raise XdistillError("params train: eval_every, checkpoint_every and align_pairs must be >= 1")
         if self.early_stopping_patience is not None and self.early_stopping_patience < 1:
             # 0 would stop at the first evaluation even when it improved
-            raise XdistillError(f"params train.early_stopping_patience must be >= 1 or null (never stop early), "
-                                f"got {self.early_stopping_patience}")
+            raise XdistillError(
+                f"params train.early_stopping_patience must be >= 1 or null (never stop early), "
+                f"got {self.early_stopping_patience}"
+            )
         if not self.max_grad_norm > 0:  # clipping to norm 0 zeroes every gradient
             raise XdistillError(f"params train.max_grad_norm must be > 0, got {self.max_grad_norm}")
         DevScoreWeights.from_params(self.dev_score_weights)
         if self.dev_mining_threshold not in DEV_MINING_THRESHOLDS:
-            raise XdistillError(f"params train.dev_mining_threshold must be one of {', '.join(DEV_MINING_THRESHOLDS)}, "
-                                f"got {self.dev_mining_threshold!r}")
+            raise XdistillError(
+                f"params train.dev_mining_threshold must be one of {', '.join(DEV_MINING_THRESHOLDS)}, "
+                f"got {self.dev_mining_threshold!r}"
+            )
         if self.interpolation is not None:
             from xdistill.training.interpolation import check_alphas
 
             check_alphas(self.interpolation)
         if self.interpolation_tolerance < 0:
-            raise XdistillError(f"params train.interpolation_tolerance must be >= 0, got {self.interpolation_tolerance}")
-        from xdistill.training.teacher_adapter import AdapterSettings
+            raise XdistillError(
+                f"params train.interpolation_tolerance must be >= 0, got {self.interpolation_tolerance}"
+            )
+        from xdistill.adapter.fit import AdapterSettings
 
         AdapterSettings.from_params(self.teacher_adapter)
         if self.interpolation_from not in ("start", "base"):
-            raise XdistillError(f"params train.interpolation_from must be start or base, got {self.interpolation_from!r}")
+            raise XdistillError(
+                f"params train.interpolation_from must be start or base, got {self.interpolation_from!r}"
+            )
 
     def loop_settings(self) -> dict[str, Any]:
         """Every key but :data:`EXPORT_ONLY_PARAMS`: what the checkpoints of a run depend on."""
@@ -132,8 +144,10 @@ class TrainParams:
         (``batch_size / grad_accumulation / processes`` pairs): with one pair there is no other pair to rank
         against, and the ranking and logit losses are exactly 0 (a silent no-op)."""
         if self.micro_batch % world_size:
-            raise XdistillError(f"params train: a micro-batch of {self.micro_batch} pairs does not split evenly over "
-                                f"{world_size} processes")
+            raise XdistillError(
+                f"params train: a micro-batch of {self.micro_batch} pairs does not split evenly over "
+                f"{world_size} processes"
+            )
         in_batch = LossConfig.from_mapping(self.loss).in_batch
         slice_pairs = self.micro_batch // world_size
         if in_batch and slice_pairs < 2:

@@ -32,7 +32,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from sentence_transformers import SentenceTransformer
@@ -42,8 +42,15 @@ from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.io import atomic_path
 from xdistill.models.backbone import transformer_backbone
-from xdistill.models.vocabulary import (DEFAULT_PARALLEL_FILES, DEFAULT_RAW_DIR, VOCABULARY_OPTIONS,
-                                        apply_vocabulary_option)
+from xdistill.models.vocabulary import (
+    DEFAULT_PARALLEL_FILES,
+    DEFAULT_RAW_DIR,
+    VOCABULARY_OPTIONS,
+    apply_vocabulary_option,
+)
+
+if TYPE_CHECKING:
+    from sentence_transformers.base.modules.dense import Dense
 
 logger = logging.getLogger(__name__)
 
@@ -115,21 +122,31 @@ class StudentConfig:
 
     def __post_init__(self) -> None:
         if self.head_fit not in HEAD_FITS:
-            raise XdistillError(f"params train.student.head_fit must be one of {list(HEAD_FITS)}, got {self.head_fit!r}")
+            raise XdistillError(
+                f"params train.student.head_fit must be one of {list(HEAD_FITS)}, got {self.head_fit!r}"
+            )
         if self.head_fit == "pca" and self.output_dim is not None:
-            raise XdistillError("params train.student.head_fit 'pca' fixes a head of the teacher's dimension: "
-                                f"leave output_dim null (got {self.output_dim})")
+            raise XdistillError(
+                "params train.student.head_fit 'pca' fixes a head of the teacher's dimension: "
+                f"leave output_dim null (got {self.output_dim})"
+            )
         if self.layer_selection not in LAYER_SELECTIONS:
-            raise XdistillError(f"params train.student.layer_selection must be one of {list(LAYER_SELECTIONS)}, "
-                                f"got {self.layer_selection!r}")
+            raise XdistillError(
+                f"params train.student.layer_selection must be one of {list(LAYER_SELECTIONS)}, "
+                f"got {self.layer_selection!r}"
+            )
         if self.freeze_layers < 0:
             raise XdistillError(f"params train.student.freeze_layers must be >= 0, got {self.freeze_layers}")
         if self.cache_frozen and self.freeze_layers < 1:
-            raise XdistillError("params train.student.cache_frozen caches the frozen layers' output: set "
-                                f"train.student.freeze_layers >= 1 (got {self.freeze_layers})")
+            raise XdistillError(
+                "params train.student.cache_frozen caches the frozen layers' output: set "
+                f"train.student.freeze_layers >= 1 (got {self.freeze_layers})"
+            )
         if self.vocabulary is not None and self.vocabulary not in VOCABULARY_OPTIONS:
-            raise XdistillError(f"params train.student.vocabulary must be null or one of {list(VOCABULARY_OPTIONS)}, "
-                                f"got {self.vocabulary!r}")
+            raise XdistillError(
+                f"params train.student.vocabulary must be null or one of {list(VOCABULARY_OPTIONS)}, "
+                f"got {self.vocabulary!r}"
+            )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,20 +159,30 @@ def head_dimension(config: StudentConfig, base_dim: int, teacher_dim: int | None
     student of a 768-d mpnet teacher gets a 384 -> 768 head, so MSE applies directly).
     """
     if config.output_dim is not None:
-        if config.align_to_teacher and teacher_dim and config.output_dim != teacher_dim \
-                and config.output_dim >= base_dim:
+        if (
+            config.align_to_teacher
+            and teacher_dim
+            and config.output_dim != teacher_dim
+            and config.output_dim >= base_dim
+        ):
             raise XdistillError(
                 f"train.student: align_to_teacher needs output_dim null, the teacher's dimension "
-                f"({teacher_dim}) or a dimension below the student's ({base_dim}); got {config.output_dim}")
+                f"({teacher_dim}) or a dimension below the student's ({base_dim}); got {config.output_dim}"
+            )
         return config.output_dim
     if config.align_to_teacher:
         return teacher_dim or base_dim
     return None
 
 
-def build_student(config: StudentConfig, device: str | torch.device = "cpu", seed: int = 0,
-                  teacher_dim: int | None = None, parallel_files: Sequence[str | Path] = DEFAULT_PARALLEL_FILES,
-                  raw_dir: str | Path | None = DEFAULT_RAW_DIR) -> SentenceTransformer:
+def build_student(
+    config: StudentConfig,
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    teacher_dim: int | None = None,
+    parallel_files: Sequence[str | Path] = DEFAULT_PARALLEL_FILES,
+    raw_dir: str | Path | None = DEFAULT_RAW_DIR,
+) -> SentenceTransformer:
     """Load the base encoder and apply the configured changes. Deterministic for a given ``seed``.
 
     ``teacher_dim`` sizes the Dense head of an ``align_to_teacher`` student with no ``output_dim``;
@@ -178,7 +205,9 @@ def build_student(config: StudentConfig, device: str | torch.device = "cpu", see
         freeze_lower_layers(model, config.freeze_layers)
     if config.lora is not None:
         add_lora_adapters(model, config.lora, config.freeze_layers)
-    head_dim = head_dimension(config, model.get_embedding_dimension(), teacher_dim)
+    base_dim = model.get_embedding_dimension()
+    assert base_dim is not None  # the base encoder ends in Pooling, which fixes its dimension
+    head_dim = head_dimension(config, base_dim, teacher_dim)
     if head_dim is not None:
         # The Dense head's random init must not depend on what ran before in the process
         # (an align_to_teacher head is then set by the trainer).
@@ -191,9 +220,10 @@ def build_student(config: StudentConfig, device: str | torch.device = "cpu", see
 
 
 def layer_stack(backbone: nn.Module) -> tuple[nn.Module, str, nn.ModuleList]:
-    """Find the ModuleList of transformer layers (BERT/XLM-R/MPNet ``encoder.layer``, DistilBERT ``transformer.layer``)."""
+    """Find the ModuleList of transformer layers (BERT/XLM-R/MPNet ``encoder.layer``, DistilBERT
+    ``transformer.layer``)."""
     n_layers = getattr(backbone.config, "num_hidden_layers", None) or getattr(backbone.config, "n_layers", None)
-    for name, module in backbone.named_modules():
+    for _, module in backbone.named_modules():
         for child_name, child in module.named_children():
             if isinstance(child, nn.ModuleList) and len(child) == n_layers:
                 return module, child_name, child
@@ -223,7 +253,8 @@ def keep_layers(model: SentenceTransformer, k: int, selection: str = "first") ->
     for position, layer in enumerate(kept):
         for module in layer.modules():
             if getattr(module, "layer_idx", None) is not None:
-                module.layer_idx = position
+                # torch annotates Module.__setattr__ for tensors and modules only; a plain int is stored as is
+                module.layer_idx = position  # type: ignore[assignment]
     setattr(parent, attr, nn.ModuleList(kept))
     for key in ("num_hidden_layers", "n_layers"):
         if hasattr(backbone.config, key):
@@ -247,6 +278,7 @@ def set_dropout(model: SentenceTransformer, probability: float) -> None:
 def freeze_word_embeddings(model: SentenceTransformer) -> None:
     """Stop gradient updates of the word-embedding table (position/type embeddings stay trainable)."""
     embeddings = transformer_backbone(model).get_input_embeddings()
+    assert isinstance(embeddings, nn.Embedding)  # the word-embedding table of every supported encoder
     embeddings.weight.requires_grad_(False)
     logger.info("student: froze the word-embedding table (%s parameters)", f"{embeddings.weight.numel():,}")
 
@@ -282,12 +314,24 @@ def add_lora_adapters(model: SentenceTransformer, settings: LoraSettings, frozen
     for parameter in backbone.parameters():
         parameter.requires_grad_(False)
     layer_ids = list(range(frozen_layers, len(layers)))
-    config = LoraConfig(r=settings.rank, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
-                        target_modules=list(LORA_TARGETS), layers_to_transform=layer_ids, bias="none")
+    # peft annotates lora_alpha as int, but only divides it by the rank: a float alpha is honoured
+    config = LoraConfig(
+        r=settings.rank,
+        lora_alpha=settings.alpha,  # type: ignore[arg-type]
+        lora_dropout=settings.dropout,
+        target_modules=list(LORA_TARGETS),
+        layers_to_transform=layer_ids,
+        bias="none",
+    )
     inject_adapter_in_model(config, backbone)
     trainable = sum(p.numel() for p in backbone.parameters() if p.requires_grad)
-    logger.info("student: LoRA rank %d on layers %d-%d (%s trainable parameters)", settings.rank,
-                frozen_layers, len(layers) - 1, f"{trainable:,}")
+    logger.info(
+        "student: LoRA rank %d on layers %d-%d (%s trainable parameters)",
+        settings.rank,
+        frozen_layers,
+        len(layers) - 1,
+        f"{trainable:,}",
+    )
 
 
 def has_lora_adapters(model: nn.Module) -> bool:
@@ -306,28 +350,35 @@ def merge_lora_adapters(model: SentenceTransformer) -> None:
                 setattr(parent, name, child.get_base_layer())
 
 
-def output_dense(model: SentenceTransformer):
+def output_dense(model: SentenceTransformer) -> Dense | None:
     """The student's Dense head (None when it has none)."""
-    return next((m for m in model if type(m).__name__ == "Dense"), None)
+    # matched by class name, not isinstance: a student's Dense head is sentence-transformers' Dense
+    return cast("Dense | None", next((m for m in model if type(m).__name__ == "Dense"), None))
 
 
 def normalized_after_head(model: SentenceTransformer) -> bool:
     """Whether a Normalize module follows the student's Dense head. The orthogonal head fits (procrustes, pca),
     the export rotation and the identity head are fitted on unit vectors: they hold only for such a student."""
     names = [type(module).__name__ for module in model]
-    return "Dense" in names and "Normalize" in names[names.index("Dense") + 1:]
+    return "Dense" in names and "Normalize" in names[names.index("Dense") + 1 :]
 
 
-def add_output_dense(model: SentenceTransformer, output_dim: int, init_weight: torch.Tensor | None = None,
-                     init_bias: torch.Tensor | None = None) -> None:
+def add_output_dense(
+    model: SentenceTransformer,
+    output_dim: int,
+    init_weight: torch.Tensor | None = None,
+    init_bias: torch.Tensor | None = None,
+) -> None:
     """Insert a linear Dense layer to ``output_dim`` right after pooling (before Normalize)."""
     from sentence_transformers.base.modules.dense import Dense
 
     in_dim = model.get_embedding_dimension()
+    assert in_dim is not None  # the student ends in Pooling, which fixes its dimension
     if output_dim < 1:
         raise XdistillError(f"train.student.output_dim must be positive, got {output_dim}")
-    dense = Dense(in_dim, output_dim, bias=True, activation_function=nn.Identity(),
-                  init_weight=init_weight, init_bias=init_bias)
+    dense = Dense(
+        in_dim, output_dim, bias=True, activation_function=nn.Identity(), init_weight=init_weight, init_bias=init_bias
+    )
     modules = list(model._modules.items())
     insert_at = next((i + 1 for i, (_, m) in enumerate(modules) if type(m).__name__ == "Pooling"), len(modules))
     for name, _ in modules:
@@ -340,12 +391,14 @@ def add_output_dense(model: SentenceTransformer, output_dim: int, init_weight: t
 
 def freeze_output_dense(model: SentenceTransformer) -> None:
     """Keep the Dense head as the trainer fits it (head_fit 'pca': the back-map of the PCA-reduced target)."""
-    for parameter in output_dense(model).parameters():
+    head = output_dense(model)
+    assert head is not None  # build_student calls this right after add_output_dense
+    for parameter in head.parameters():
         parameter.requires_grad_(False)
     logger.info("student: the Dense head is fixed (fitted before training, never trained)")
 
 
-def trainable_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+def trainable_state_dict(model: SentenceTransformer) -> dict[str, torch.Tensor]:
     """The parameters that training changes plus all buffers (frozen weights are rebuilt from the spec).
 
     A Dense head is always kept, frozen or not: it is fitted from data, not rebuilt from the spec.

@@ -36,7 +36,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -44,9 +44,12 @@ import torch
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.evaluation.metrics import mean_or_nan, paired_cosine, spearman_x100
-from xdistill.training.batches import Featurizer, TokenizedPairs, encode_token_ids
-from xdistill.training.pairs import tokenize_texts
+from xdistill.training.batches import tokenize_texts
+from xdistill.training.tokenized import Featurizer, TokenizedPairs, encode_token_ids
 from xdistill.vectors import l2_normalise
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,9 @@ class DevScoreWeights:
 
     def __post_init__(self) -> None:
         if min(asdict(self).values()) < 0 or not any(asdict(self).values()):
-            raise XdistillError(f"params train.dev_score_weights: weights must be >= 0, one of them > 0; got {asdict(self)}")
+            raise XdistillError(
+                f"params train.dev_score_weights: weights must be >= 0, one of them > 0; got {asdict(self)}"
+            )
 
     @classmethod
     def from_params(cls, section: Mapping[str, Any] | None) -> DevScoreWeights:
@@ -96,8 +101,14 @@ class TokenizedSTS:
         return left == right
 
 
-def load_sts_dev(stsb_dir: str | Path | None, languages: Sequence[str], tokenizer, prompt: str,
-                 max_length: int, max_pairs: int | None) -> list[TokenizedSTS]:
+def load_sts_dev(
+    stsb_dir: str | Path | None,
+    languages: Sequence[str],
+    tokenizer,
+    prompt: str,
+    max_length: int,
+    max_pairs: int | None,
+) -> list[TokenizedSTS]:
     """The stsb-multi-mt dev sets of ``languages`` (and English), tokenised; [] when off or absent."""
     from xdistill.evaluation.sts import build_stsb_sets
 
@@ -108,8 +119,12 @@ def load_sts_dev(stsb_dir: str | Path | None, languages: Sequence[str], tokenize
         return []
     monolingual, crosslingual = build_stsb_sets(stsb_dir, sorted(set(languages)), max_pairs, split="dev")
     return [
-        TokenizedSTS(s.name, tokenize_texts(tokenizer, s.sentences1, max_length, prompt),
-                     tokenize_texts(tokenizer, s.sentences2, max_length, prompt), np.asarray(s.gold))
+        TokenizedSTS(
+            s.name,
+            tokenize_texts(tokenizer, s.sentences1, max_length, prompt),
+            tokenize_texts(tokenizer, s.sentences2, max_length, prompt),
+            np.asarray(s.gold),
+        )
         for s in monolingual + crosslingual
     ]
 
@@ -150,8 +165,13 @@ def load_mining_blocks(path: str | Path | None, tokenizer, prompt: str, max_leng
     blocks = []
     for lang in sorted(set(pairs.langs)):
         rows = [i for i, row_lang in enumerate(pairs.langs) if row_lang == lang]
-        blocks.append(TokenizedBlock(lang, tokenize_texts(tokenizer, [pairs.sources[i] for i in rows], max_length, prompt),
-                                     tokenize_texts(tokenizer, [pairs.translations[i] for i in rows], max_length, prompt)))
+        blocks.append(
+            TokenizedBlock(
+                lang,
+                tokenize_texts(tokenizer, [pairs.sources[i] for i in rows], max_length, prompt),
+                tokenize_texts(tokenizer, [pairs.translations[i] for i in rows], max_length, prompt),
+            )
+        )
     return blocks
 
 
@@ -182,8 +202,15 @@ class _UniqueTexts:
         return np.asarray(rows, dtype=np.int64)
 
 
-def validate(student, objective: torch.nn.Module, featurize: Featurizer, data: ValidationData, batch_size: int,
-             weights: DevScoreWeights, mining_threshold: str = "oracle") -> dict[str, float]:
+def validate(
+    student: SentenceTransformer,
+    objective: torch.nn.Module,
+    featurize: Featurizer,
+    data: ValidationData,
+    batch_size: int,
+    weights: DevScoreWeights,
+    mining_threshold: str = "oracle",
+) -> dict[str, float]:
     """Every dev metric of the student as it is now (see the module docstring); all in points but MSE and cosine.
 
     ``mining_threshold`` is how dev mining sets its score threshold (:func:`dev_mining_f1`)."""
@@ -198,21 +225,29 @@ def validate(student, objective: torch.nn.Module, featurize: Featurizer, data: V
     teacher = data.pairs.teacher
 
     metrics: dict[str, float] = {}
-    src_t, tgt_t = _in_teacher_space(src, objective, teacher.shape[1]), _in_teacher_space(tgt, objective, teacher.shape[1])
+    src_t, tgt_t = (
+        _in_teacher_space(src, objective, teacher.shape[1]),
+        _in_teacher_space(tgt, objective, teacher.shape[1]),
+    )
     if src_t is not None:
+        assert tgt_t is not None  # the same objective maps both sides, or neither
         metrics["dev_mse_x100_src"] = 100 * float(torch.mean((src_t - teacher) ** 2))
         metrics["dev_mse_x100_tgt"] = 100 * float(torch.mean((tgt_t - teacher) ** 2))
         metrics["dev_mse_x100"] = (metrics["dev_mse_x100_src"] + metrics["dev_mse_x100_tgt"]) / 2
     else:
         metrics["dev_mse_x100"] = float("nan")
     src2tgt, tgt2src = retrieval_accuracy(src.numpy(), tgt.numpy())
-    metrics.update(dev_accuracy_src2tgt=100 * src2tgt, dev_accuracy_tgt2src=100 * tgt2src,
-                   dev_accuracy=50 * (src2tgt + tgt2src))
+    metrics.update(
+        dev_accuracy_src2tgt=100 * src2tgt, dev_accuracy_tgt2src=100 * tgt2src, dev_accuracy=50 * (src2tgt + tgt2src)
+    )
     if src.shape[1] == teacher.shape[1]:
         # only a student whose exported embeddings live in the teacher's space can share its index
         en2xx, xx2en = retrieval_accuracy(teacher.numpy(), tgt.numpy())
-        metrics.update(dev_teacher_accuracy_en2xx=100 * en2xx, dev_teacher_accuracy_xx2en=100 * xx2en,
-                       dev_teacher_accuracy=50 * (en2xx + xx2en))
+        metrics.update(
+            dev_teacher_accuracy_en2xx=100 * en2xx,
+            dev_teacher_accuracy_xx2en=100 * xx2en,
+            dev_teacher_accuracy=50 * (en2xx + xx2en),
+        )
     else:
         metrics["dev_teacher_accuracy"] = float("nan")
     metrics["dev_mean_pairwise_cosine"] = mean_pairwise_cosine(torch.cat([src, tgt]))
@@ -220,9 +255,14 @@ def validate(student, objective: torch.nn.Module, featurize: Featurizer, data: V
     metrics.update(_sts_scores(data.sts, sts_rows, embeddings.numpy()))
     metrics.update(_block_mining_scores(data.mining_blocks, block_rows, embeddings.numpy(), mining_threshold))
     mining = metrics.get("dev_block_mining_f1", float("nan"))
-    metrics["dev_score"] = weights.combine({"sts": metrics["dev_sts"], "accuracy": metrics["dev_accuracy"],
-                                            "teacher_accuracy": metrics["dev_teacher_accuracy"],
-                                            "mining": mining if np.isfinite(mining) else metrics["dev_mining_f1"]})
+    metrics["dev_score"] = weights.combine(
+        {
+            "sts": metrics["dev_sts"],
+            "accuracy": metrics["dev_accuracy"],
+            "teacher_accuracy": metrics["dev_teacher_accuracy"],
+            "mining": mining if np.isfinite(mining) else metrics["dev_mining_f1"],
+        }
+    )
     return metrics
 
 
@@ -231,8 +271,15 @@ DEV_MINING_MIN_PAIRS = 20
 DEV_MINING_THRESHOLDS = ("oracle", "transfer")
 
 
-def dev_mining_f1(src: np.ndarray, tgt: np.ndarray, *, gold_share: float = DEV_MINING_GOLD_SHARE, k: int = 4,
-                  seed: int = 0, threshold: str = "oracle") -> float:
+def dev_mining_f1(
+    src: np.ndarray,
+    tgt: np.ndarray,
+    *,
+    gold_share: float = DEV_MINING_GOLD_SHARE,
+    k: int = 4,
+    seed: int = 0,
+    threshold: str = "oracle",
+) -> float:
     """BUCC-style mining F1 x 100 on held-out pairs (rows of ``src``/``tgt`` are translations).
 
     A fixed random ``gold_share`` of the pairs keeps both sides; of the rest, half keep only the
@@ -247,7 +294,9 @@ def dev_mining_f1(src: np.ndarray, tgt: np.ndarray, *, gold_share: float = DEV_M
     here as it does there, which the oracle cannot see.
     """
     if threshold not in DEV_MINING_THRESHOLDS:
-        raise XdistillError(f"dev mining threshold must be one of {', '.join(DEV_MINING_THRESHOLDS)}, got {threshold!r}")
+        raise XdistillError(
+            f"dev mining threshold must be one of {', '.join(DEV_MINING_THRESHOLDS)}, got {threshold!r}"
+        )
     from xdistill.mining.bucc import tune_threshold
 
     order = np.random.default_rng(seed).permutation(len(src))
@@ -255,11 +304,11 @@ def dev_mining_f1(src: np.ndarray, tgt: np.ndarray, *, gold_share: float = DEV_M
         task = _dev_mining_task(src[order], tgt[order], gold_share, k)
         return float("nan") if task is None else 100 * tune_threshold(*task)[1]
     halves = [order[: len(order) // 2], order[len(order) // 2 :]]
-    tasks = [_dev_mining_task(src[half], tgt[half], gold_share, k) for half in halves]
-    if any(task is None for task in tasks):
+    first, second = (_dev_mining_task(src[half], tgt[half], gold_share, k) for half in halves)
+    if first is None or second is None:
         return float("nan")
     scores = []
-    for tune, test in ((tasks[0], tasks[1]), (tasks[1], tasks[0])):
+    for tune, test in ((first, second), (second, first)):
         cut, _ = tune_threshold(*tune)
         scores.append(_f1_at(cut, *test))
     return 100 * float(np.mean(scores))
@@ -276,21 +325,31 @@ def block_mining_f1(src: np.ndarray, tgt: np.ndarray, threshold: str = "oracle")
     as FLORES's are (its sentences run through whole articles); the gold share is FLORES's. The
     task is :func:`dev_mining_f1`'s, averaged over ``BLOCK_MINING_SEEDS`` draws of the gold pairs.
     """
-    return float(np.mean([dev_mining_f1(src, tgt, gold_share=BLOCK_MINING_GOLD_SHARE, seed=seed, threshold=threshold)
-                          for seed in range(BLOCK_MINING_SEEDS)]))
+    return float(
+        np.mean(
+            [
+                dev_mining_f1(src, tgt, gold_share=BLOCK_MINING_GOLD_SHARE, seed=seed, threshold=threshold)
+                for seed in range(BLOCK_MINING_SEEDS)
+            ]
+        )
+    )
 
 
-def _block_mining_scores(blocks: list[TokenizedBlock], rows: list[tuple[np.ndarray, np.ndarray]],
-                         embeddings: np.ndarray, threshold: str) -> dict[str, float]:
+def _block_mining_scores(
+    blocks: list[TokenizedBlock], rows: list[tuple[np.ndarray, np.ndarray]], embeddings: np.ndarray, threshold: str
+) -> dict[str, float]:
     if not blocks:
         return {}
-    scores = {f"dev_block_mining_f1_{b.lang}": block_mining_f1(embeddings[s], embeddings[t], threshold)
-              for b, (s, t) in zip(blocks, rows, strict=True)}
+    scores = {
+        f"dev_block_mining_f1_{b.lang}": block_mining_f1(embeddings[s], embeddings[t], threshold)
+        for b, (s, t) in zip(blocks, rows, strict=True)
+    }
     return {**scores, "dev_block_mining_f1": mean_or_nan(list(scores.values()))}
 
 
-def _dev_mining_task(src: np.ndarray, tgt: np.ndarray, gold_share: float,
-                     k: int) -> tuple[np.ndarray, np.ndarray, int] | None:
+def _dev_mining_task(
+    src: np.ndarray, tgt: np.ndarray, gold_share: float, k: int
+) -> tuple[np.ndarray, np.ndarray, int] | None:
     """Mine the task built from these pairs (the first ``gold_share`` of rows are gold):
     ``(margin scores, is_gold per candidate, n_gold)``, or None with too few pairs."""
     from xdistill.mining.margin import mine_embeddings
@@ -304,8 +363,9 @@ def _dev_mining_task(src: np.ndarray, tgt: np.ndarray, gold_share: float,
     sources = np.concatenate([np.arange(n_gold), rest[len(rest) // 2 :]])
     # k neighbours as the FLORES benchmark has, whatever the gold count (with k = 1 every mutual nearest
     # neighbour's ratio margin is exactly 1 and no threshold separates them); the search caps k at the pool
-    mined = mine_embeddings(l2_normalise(tgt[translations]), l2_normalise(src[sources]), k=k, margin="ratio",
-                            retrieval="max")
+    mined = mine_embeddings(
+        l2_normalise(tgt[translations]), l2_normalise(src[sources]), k=k, margin="ratio", retrieval="max"
+    )
     is_gold = (mined.src == mined.tgt) & (mined.src < n_gold)  # gold rows share their index on both sides
     return mined.scores, is_gold, n_gold
 
@@ -334,10 +394,13 @@ def _in_teacher_space(embeddings: torch.Tensor, objective: torch.nn.Module, teac
         return projection(embeddings.to(device)).float().cpu()
 
 
-def _sts_scores(sets: list[TokenizedSTS], rows: list[tuple[np.ndarray, np.ndarray]],
-                embeddings: np.ndarray) -> dict[str, float]:
-    scores = {f"dev_sts_{s.name}": spearman_x100(paired_cosine(embeddings[a], embeddings[b]), s.gold)
-              for s, (a, b) in zip(sets, rows, strict=True)}
+def _sts_scores(
+    sets: list[TokenizedSTS], rows: list[tuple[np.ndarray, np.ndarray]], embeddings: np.ndarray
+) -> dict[str, float]:
+    scores = {
+        f"dev_sts_{s.name}": spearman_x100(paired_cosine(embeddings[a], embeddings[b]), s.gold)
+        for s, (a, b) in zip(sets, rows, strict=True)
+    }
     mono = mean_or_nan([scores[f"dev_sts_{s.name}"] for s in sets if s.monolingual])
     cross = mean_or_nan([scores[f"dev_sts_{s.name}"] for s in sets if not s.monolingual])
     return {**scores, "dev_sts_monolingual": mono, "dev_sts_crosslingual": cross, "dev_sts": mean_or_nan([mono, cross])}
@@ -379,5 +442,7 @@ def check_collapse(metrics: Mapping[str, float], threshold: float, step: int) ->
             f"> train.collapse_threshold {threshold} (all sentences map to nearly the same vector; "
             "lower train.learning_rate, check the loss weights, or raise the threshold if the base model "
             "is this anisotropic from the start)",
-            step=step, mean_cosine=float(value), threshold=threshold,
+            step=step,
+            mean_cosine=float(value),
+            threshold=threshold,
         )

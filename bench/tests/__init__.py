@@ -1,0 +1,1 @@
+"""bench's own tests: its report renderers and helpers, called directly (no benchmark runs here)."""

@@ -1,0 +1,135 @@
+"""Pre-tokenised texts on their way through the student: token ids, padded features, embeddings.
+
+The trainer tokenises every text once up front (:func:`xdistill.training.batches.tokenize_texts`)
+and works on token-id lists from then on; this module turns them into the student's input
+features and embeddings, in length order so padding stays small.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from xdistill.training.batches import ParallelPairs, pad_batch, tokenize_texts
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+logger = logging.getLogger(__name__)
+PROGRESS_MIN_TEXTS = 20_000  # encodes of at least this many texts log their progress
+
+
+@dataclass
+class TokenizedPairs:
+    """Token ids of both sides, the teacher vectors of the sources, and each pair's language."""
+
+    src: list[list[int]]
+    tgt: list[list[int]]
+    teacher: torch.Tensor  # float32 [n, teacher_dim]
+    langs: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.fromiter((max(len(a), len(b)) for a, b in zip(self.src, self.tgt, strict=True)), dtype=np.int64)
+
+
+def tokenize_pairs(
+    pairs: ParallelPairs, student: SentenceTransformer, prompt: str, max_length: int, store
+) -> TokenizedPairs:
+    """Tokenise both sides (``prompt + text``, truncated to ``max_length``) and look the teacher vectors up."""
+    tokenizer = student.tokenizer
+    teacher = torch.from_numpy(np.asarray(store.lookup(pairs.sources), dtype=np.float32))
+    return TokenizedPairs(
+        tokenize_texts(tokenizer, pairs.sources, max_length, prompt),
+        tokenize_texts(tokenizer, pairs.translations, max_length, prompt),
+        teacher,
+        list(pairs.langs),
+    )
+
+
+class Featurizer:
+    """Pads token-id lists into the student's input features on the training device."""
+
+    def __init__(self, student: SentenceTransformer, device: torch.device) -> None:
+        tokenizer = student.tokenizer
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.with_token_types = "token_type_ids" in getattr(tokenizer, "model_input_names", [])
+        self.device = device
+
+    def __call__(self, token_ids: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
+        features = pad_batch(token_ids, self.pad_id, self.with_token_types)
+        return {k: v.to(self.device, non_blocking=True) for k, v in features.items()}
+
+
+# When bf16 autocast applies (the ``train.autocast_bf16`` param): on a GPU only, on a GPU and on a CPU with bf16
+# instructions, on any device, or never.
+AUTOCAST_MODES = ("cuda", "auto", "always", "never")
+
+
+def autocast_context(device: torch.device, mode: str):
+    """bf16 autocast of the training steps on ``device`` when ``mode`` (``train.autocast_bf16``) asks for it.
+
+    ``cuda`` keeps CPU work in fp32: without native bf16 instructions a CPU emulates it, slower than fp32;
+    ``auto`` uses it on a CPU that has them. Weights, gradients and the losses stay fp32 either way
+    (autocast lowers the matrix products only), and so does every embedding outside the steps."""
+    if not uses_bf16_autocast(device, mode):
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def uses_bf16_autocast(device: torch.device, mode: str) -> bool:
+    """Whether the training steps on ``device`` run under bf16 autocast with ``train.autocast_bf16: mode``."""
+    on_cpu = device.type != "cuda"
+    return not (mode == "never" or (on_cpu and (mode == "cuda" or (mode == "auto" and not cpu_has_native_bf16()))))
+
+
+@functools.cache
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU has bf16 instructions (AVX512-BF16 or AMX), where CPU autocast pays off."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+@torch.no_grad()
+def encode_token_ids(
+    student: SentenceTransformer, featurize: Featurizer, token_ids: Sequence[Sequence[int]], batch_size: int
+) -> torch.Tensor:
+    """Student embeddings (float32, CPU) of pre-tokenised texts, batched in length order."""
+    order = np.argsort([-len(ids) for ids in token_ids], kind="stable")
+    out: torch.Tensor | None = None
+    was_training = student.training
+    student.eval()
+    # a large encode (an adapter's 100k pairs: minutes) logs each tenth, so the stage's log shows it moving
+    report_every = -(-len(order) // 10) if len(order) >= PROGRESS_MIN_TEXTS else 0
+    began, next_report = time.perf_counter(), report_every
+    try:
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            # plain fp32 on every device: validation, head fits and adapters see what users' encode sees
+            emb = student(featurize([token_ids[i] for i in batch]))["sentence_embedding"].float().cpu()
+            if out is None:
+                out = torch.empty((len(order), emb.shape[1]), dtype=torch.float32)
+            out[torch.as_tensor(batch)] = emb
+            done = start + len(batch)
+            if report_every and (done >= next_report or done == len(order)):
+                rate = done / max(time.perf_counter() - began, 1e-9)
+                logger.info(
+                    "encoded %d/%d texts (%.0f texts/s, eta %.0f s)", done, len(order), rate, (len(order) - done) / rate
+                )
+                next_report = done - done % report_every + report_every
+    finally:
+        student.train(was_training)
+    if out is None:
+        raise ValueError("no texts to encode")
+    return out

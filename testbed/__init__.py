@@ -1,0 +1,9 @@
+"""What the tests (tests/) and bench's own tests share, so that neither imports the other.
+
+- :mod:`testbed.pipeline_project`: a throw-away copy of the pipeline to run end to end in (the
+  end-to-end tests and the end-to-end benchmark, ``bench.perf.e2e``);
+- :mod:`testbed.markdown`: a rendered Markdown table read back by cell (RESULTS.md's checks).
+
+Both import it from the repository root, where ``python -m pytest`` and ``python -m bench...`` put it
+on the import path.
+"""
