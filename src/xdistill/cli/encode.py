@@ -54,7 +54,9 @@ def command(
     """Embed FILE (UTF-8, one sentence per line) into a .npy of float32, L2-normalised rows."""
     from xdistill.adapter.model import load_encoder_with_adapter
     from xdistill.mining.stream import LineFile, encode_file
+    from xdistill.outputs import check_output_file
 
+    check_output_file(output, [file, model])
     lines = LineFile(file)  # fail on a bad input before loading the model (and index the file once)
     encoder = load_encoder_with_adapter(model, device=device, backend=backend, teacher_space=teacher_space)
     out = encode_file(encoder, lines, output, batch_size=batch_size, shard_rows=shard_rows, progress=not no_progress)

@@ -26,8 +26,9 @@ F = TypeVar("F", bound=Callable[..., object])
     "--output",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
-    help="folder to write (replaced atomically)",
+    help="folder to write: new, empty, or an earlier export (with --force)",
 )
+@click.option("--force", is_flag=True, help="replace an earlier export in OUTPUT (never any other folder)")
 @click.option(
     "--formats",
     "formats",
@@ -37,11 +38,11 @@ F = TypeVar("F", bound=Callable[..., object])
     show_default=True,
     help="what to write (repeat the option for several)",
 )
-def command(student: Path, output: Path, formats: tuple[str, ...]) -> int:
+def command(student: Path, output: Path, formats: tuple[str, ...], force: bool) -> int:
     """Export STUDENT (a sentence-transformers folder, e.g. models/student) for fast CPU inference."""
     from xdistill.export.writer import export_student
 
-    report = export_student(student, output, list(formats))
+    report = export_student(student, output, list(formats), force=force)
     click.echo(json.dumps(report.as_dict(), indent=2))
     return 0
 

@@ -78,7 +78,9 @@ _TEXT_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 def command(src: Path, tgt: Path, output: Path, work_dir: Path | None, **options: Any) -> int:
     """Mine parallel sentence pairs between SRC and TGT (UTF-8, one sentence per line)."""
     from xdistill.mining.stream import LineFile
+    from xdistill.outputs import check_output_file
 
+    check_output_file(output, [src, tgt, work_dir, options.get("model")])
     src_lines, tgt_lines = LineFile(src), LineFile(tgt)
     output.parent.mkdir(parents=True, exist_ok=True)
     if work_dir is not None:

@@ -63,7 +63,9 @@ def command(
     from xdistill.errors import InputFileError
     from xdistill.mining.search import load_index, search_index, write_hits
     from xdistill.mining.stream import LineFile, holds_text
+    from xdistill.outputs import check_output_file
 
+    check_output_file(output, [queries, index_path, corpus, model])
     index = load_index(index_path)
     corpus_file = LineFile(corpus) if corpus else None
     if corpus_file is not None and len(corpus_file) != index.shape[0]:

@@ -13,6 +13,7 @@ import numpy as np
 from xdistill.errors import XdistillError
 from xdistill.export.files import ONNX_FILE, ONNX_FILES, ONNX_INT8_FILE, REPORT_FILE, TORCH_WEIGHT_FILES
 from xdistill.io import atomic_path, write_json_atomic
+from xdistill.outputs import check_writable
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,14 @@ class ExportReport:
         return asdict(self)
 
 
-def export_student(student_dir: str | Path, output_dir: str | Path, formats: Sequence[str] = FORMATS) -> ExportReport:
-    """Export the student folder ``student_dir`` into ``output_dir`` (replaced atomically)."""
+def export_student(
+    student_dir: str | Path, output_dir: str | Path, formats: Sequence[str] = FORMATS, *, force: bool = False
+) -> ExportReport:
+    """Export the student folder ``student_dir`` into ``output_dir`` (written atomically).
+
+    ``output_dir`` must be new, empty, or (with ``force``) a previous export, which is replaced as a whole:
+    any other folder is refused, so an export never deletes files it did not write.
+    """
     from sentence_transformers import SentenceTransformer
 
     from xdistill.export.onnx import export_onnx, fuse_for_cpu, model_input_names, quantize_int8
@@ -88,6 +95,7 @@ def export_student(student_dir: str | Path, output_dir: str | Path, formats: Seq
     if not student_dir.is_dir():
         raise XdistillError(f"{student_dir}: student folder not found")
     _check_apart(student_dir, output_dir)
+    check_destination(output_dir, force)
     check_backend_files(student_dir, "torch")
     model = SentenceTransformer(str(student_dir), device="cpu", local_files_only=True).float().eval()
     reference = model.encode(CHECK_TEXTS, normalize_embeddings=True)
@@ -136,6 +144,21 @@ def export_student(student_dir: str | Path, output_dir: str | Path, formats: Seq
         ", ".join(f"{f} {report.size_mb[f]:.1f} MB (min cosine {report.min_cosine_to_fp32[f]:.5f})" for f in formats),
     )
     return report
+
+
+def check_destination(output_dir: Path, force: bool) -> None:
+    """Refuse to replace a folder this export did not write, or a previous export without ``force``."""
+    if output_dir.is_file():
+        raise XdistillError(f"{output_dir}: is a file; the export writes a folder")
+    if output_dir.is_dir() and any(output_dir.iterdir()):
+        if not (output_dir / REPORT_FILE).is_file():
+            raise XdistillError(
+                f"{output_dir}: not empty and not an earlier export ({REPORT_FILE} missing); the export replaces "
+                "the whole folder, so give a new or empty folder"
+            )
+        if not force:
+            raise XdistillError(f"{output_dir}: holds an earlier export; pass --force to replace it")
+    check_writable(output_dir)
 
 
 def _check_apart(student_dir: Path, output_dir: Path) -> None:
