@@ -99,6 +99,28 @@ def test_missing_mirror_dataset_and_file_fail_clearly(tmp_path, mirror_dir):
         stage_corpora(tmp_path / "raw", {"eval/sts17": ["no-such-file.txt"]}, ["de"], mirror)
 
 
+@pytest.mark.parametrize(
+    ("datasets", "problem"),
+    [
+        ({"../outside": ["victim.txt"]}, "corpora.datasets key '../outside'"),
+        ({"/etc": ["passwd"]}, "corpora.datasets key '/etc'"),
+        ({"eval/sts17": ["../../outside/victim.txt"]}, "pattern '../../outside/victim.txt'"),
+    ],
+)
+def test_a_dataset_path_cannot_reach_outside_the_mirror_or_data_raw(tmp_path, mirror_dir, datasets, problem):
+    """A key or pattern with '..' (or an absolute one) once wrote, or truncated, files outside the project."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("keep me", encoding="utf-8")
+    project = tmp_path / "project"
+    project.mkdir()
+    with pytest.raises(XdistillError, match="must be a relative path inside the mirror") as info:
+        stage_corpora(project / "data" / "raw", datasets, ["de"], mirror_dir)
+    assert problem in str(info.value)
+    assert (outside / "victim.txt").read_text(encoding="utf-8") == "keep me"
+    assert not (project / "data" / "raw").exists()
+
+
 def test_checksum_mismatch_and_truncated_gzip_fail_and_keep_old_output(tmp_path, mirror_dir):
     rel = f"{TATOEBA}/tatoeba-challenge.minus-laser-test.en-de.tsv.gz"
     mirror = fake_mirror(tmp_path, mirror_dir, [rel])

@@ -20,7 +20,7 @@ import urllib.request
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from xdistill.data import catalog
@@ -52,6 +52,9 @@ def select_files(datasets: dict[str, list[str]], languages: Iterable[str], mirro
     languages = list(languages)
     selected: set[str] = set()
     for dataset, patterns in datasets.items():
+        check_inside(dataset, f"corpora.datasets key {dataset!r}")
+        for pattern in patterns:
+            check_inside(pattern, f"corpora.datasets[{dataset!r}] pattern {pattern!r}")
         candidates = set(catalog.known_files(dataset))
         if mirror is not None:
             folder = mirror / dataset
@@ -61,6 +64,13 @@ def select_files(datasets: dict[str, list[str]], languages: Iterable[str], mirro
         for pattern in patterns:
             selected |= _match(dataset, pattern, languages, candidates, mirror)
     return sorted(selected)
+
+
+def check_inside(value: str, what: str) -> None:
+    """Refuse a configured path that could reach outside the mirror or data/raw (absolute, or with ``..``)."""
+    path = PurePosixPath(value)
+    if not value or path.is_absolute() or ".." in path.parts or "\\" in value or ":" in value:
+        raise XdistillError(f"{what}: must be a relative path inside the mirror (no '..', no drive, not absolute)")
 
 
 def _match(dataset: str, pattern: str, languages: list[str], candidates: set[str], mirror: Path | None) -> set[str]:
@@ -181,7 +191,10 @@ def stage_corpora(
     files: dict[str, dict[str, Any]] = {}
     with atomic_path(raw_dir, is_dir=True) as tmp:
         for number, item in enumerate(plan, 1):
-            sha, size = fetch_file(item, tmp / item.path)
+            target = tmp / item.path
+            if not target.resolve().is_relative_to(tmp.resolve()):  # the checks above make this unreachable
+                raise XdistillError(f"{item.path}: would be written outside {raw_dir}")
+            sha, size = fetch_file(item, target)
             files[item.path] = {"sha256": sha, "bytes": size}
             if number % 50 == 0 or number == len(plan):
                 log.info("staged %d/%d files", number, len(plan))
