@@ -172,6 +172,16 @@ def test_line_file_offsets_and_lookup(tmp_path):
         LineFile(tmp_path / "missing.txt")
 
 
+def test_a_file_with_cr_only_line_ends_is_read_as_lines(tmp_path):
+    """Old Mac text ends its lines in a lone CR: once read as one sentence, the whole file embedded as one."""
+    path = tmp_path / "mac.txt"
+    path.write_bytes("first\rsecond é\r\rthird".encode())
+    lines = LineFile(path)
+    assert len(lines) == 4
+    assert list(lines.batches(10)) == [["first", "second é", "", "third"]]
+    assert lines.text_rows().tolist() == [0, 1, 3]
+
+
 def test_npy_shards_roundtrip_and_sharded_mining_equals_in_memory(tmp_path):
     rng = np.random.default_rng(3)
     src = rng.normal(size=(1000, 16)).astype(np.float32)

@@ -42,7 +42,8 @@ class LineFile:
 
     Opening it reads the file once and refuses, naming the file (and line), what cannot be a text of
     sentences: an empty file, a file of empty lines, a binary file (a NUL byte), UTF-16 text and any
-    other encoding that is not valid UTF-8. A UTF-8 byte-order mark is skipped.
+    other encoding that is not valid UTF-8. A UTF-8 byte-order mark is skipped. Lines end in LF or CRLF, or in
+    a lone CR when the file's first block holds CRs and no LF (old Mac text), so no file is read as one line.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -57,11 +58,13 @@ class LineFile:
         position = 0
         decoder = codecs.getincrementaldecoder("utf-8")()
         has_text = False
+        line_end = ord("\n")
         with self.path.open("rb") as handle:
             while chunk := handle.read(_READ_CHUNK):
                 if position == 0:
                     self._check_start(chunk)
-                newlines = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n"))
+                    line_end = ord("\r") if b"\r" in chunk and b"\n" not in chunk else line_end
+                newlines = np.flatnonzero(np.frombuffer(chunk, np.uint8) == line_end)
                 nul = chunk.find(b"\x00")
                 if nul >= 0:
                     raise InputFileError(
