@@ -630,3 +630,22 @@ def test_a_busy_promotion_lock_is_its_own_error(tmp_path: Path, monkeypatch: pyt
     with store.promotion_lock(uri):
         with pytest.raises(store.PromotionLockBusy, match="another promotion held the lock"), store.promotion_lock(uri):
             pass
+
+
+@pytest.mark.parametrize(
+    ("uri", "written"),
+    [
+        ("https://alice:s3cret@mlflow.example:5000/", "https://mlflow.example:5000/"),
+        ("http://token@127.0.0.1:5000", "http://127.0.0.1:5000"),
+        ("http://127.0.0.1:5000", "http://127.0.0.1:5000"),
+        ("databricks", "databricks"),
+    ],
+)
+def test_register_json_never_holds_tracking_credentials(uri: str, written: str, tmp_path: Path) -> None:
+    """metrics/register.json is committed: a user:password@ in the tracking URI must not reach it."""
+    from xdistill.registry.register import Registration
+
+    registration = Registration("run", "1", "xdistill-student", "3", "models:/xdistill-student/3", uri)
+    record = registration.as_record(tmp_path)
+    assert record["tracking_uri"] == written
+    assert "s3cret" not in json.dumps(record) and "token@" not in json.dumps(record)

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import InputFileError, XdistillError
@@ -99,16 +100,29 @@ class Registration:
 def portable_tracking_uri(tracking_uri: str, root: Path) -> str:
     """``sqlite:////abs/root/mlflow.db`` -> ``sqlite:///mlflow.db`` when the store lies inside ``root``.
 
-    Any other URI (a server, or a store outside the project that the user configured) is kept as it is.
+    Any other URI (a server, or a store outside the project that the user configured) is kept as it is, less
+    any ``user:password@``: register.json is committed, so credentials belong in MLflow's
+    ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` environment variables, never in the file.
     """
     store = local_store_path(tracking_uri)
     if store is None:
-        return tracking_uri
+        return without_credentials(tracking_uri)
     try:
         relative = store.resolve().relative_to(Path(root).resolve()).as_posix()
     except ValueError:
         return tracking_uri
     return f"sqlite:///{relative}" if tracking_uri.startswith("sqlite:") else f"file:{relative}"
+
+
+def without_credentials(uri: str) -> str:
+    """``https://user:secret@host:5000/x`` -> ``https://host:5000/x`` (any other URI unchanged)."""
+    parts = urlsplit(uri)
+    if parts.username is None and parts.password is None:
+        return uri
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    netloc += f":{parts.port}" if parts.port is not None else ""
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def read_registration(path: str | Path = REGISTER_FILE, project: str | Path | None = None) -> dict[str, str]:
@@ -150,7 +164,7 @@ def register_run(
     client = client_for(tracking_uri)
     experiment_id = _ensure_experiment(client, config.experiment, tracking_uri)
     run_name = tags.get(DVC_EXPERIMENT_TAG) or f"register-{tags.get(GIT_COMMIT_TAG, 'nogit')[:8]}"
-    log.info("MLflow run in experiment '%s' at %s", config.experiment, tracking_uri)
+    log.info("MLflow run in experiment '%s' at %s", config.experiment, without_credentials(tracking_uri))
     run = client.create_run(experiment_id, run_name=run_name, tags=tags)
     run_id = run.info.run_id
     version: str | None = None
