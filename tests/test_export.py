@@ -246,3 +246,28 @@ def test_an_int8_only_export_holds_only_the_int8_graph(exported, tmp_path: Path)
     report = export_student(source, tmp_path / "out", ["onnx-int8"])
     assert sorted(report.min_cosine_to_fp32) == ["onnx-int8"] and report.min_cosine_to_fp32["onnx-int8"] >= 0.98
     assert sorted(p.name for p in (tmp_path / "out" / "onnx").iterdir()) == [Path(ONNX_FILES["onnx-int8"]).name]
+
+
+def test_the_onnx_backend_refuses_module_classes_outside_sentence_transformers(tmp_path: Path, monkeypatch) -> None:
+    """modules.json names the classes to import: one outside sentence_transformers.* runs code the folder chose,
+    which sentence-transformers' own loader refuses without trust_remote_code; so does the ONNX backend."""
+    import json
+
+    payload = tmp_path / "site"
+    payload.mkdir()
+    marker = tmp_path / "ran"
+    (payload / "xdistill_probe_payload.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('ran')\nclass Payload:\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(payload))
+    folder = tmp_path / "student"
+    (folder / Path(ONNX_FILES["onnx"])).parent.mkdir(parents=True)
+    (folder / ONNX_FILES["onnx"]).write_bytes(b"not read: the gate comes first")
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.sentence_transformer.modules.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Payload", "type": "xdistill_probe_payload.Payload"},
+    ]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(XdistillError, match="not part of sentence-transformers"):
+        load_student(folder, "onnx")
+    assert not marker.exists()

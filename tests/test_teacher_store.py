@@ -534,11 +534,11 @@ def test_benchmark_runs_end_to_end_tiny(repo_root, tmp_path):
     results = repo_root / "bench" / "results" / "teacher_embed.json"
     before = results.read_bytes() if results.exists() else None
     done = subprocess.run(
-        [sys.executable, str(repo_root / "bench" / "bench_teacher_embed.py"), "--tiny"],
+        [sys.executable, "-m", "bench.perf.teacher_embed", "--tiny"],
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=tmp_path,
+        cwd=repo_root,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| teacher embedding")]

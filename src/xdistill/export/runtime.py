@@ -165,17 +165,15 @@ def _on_cpu(device: str | None) -> bool:
 
 def _onnx_sentence_transformer(folder: Path, onnx_path: Path, threads: int | None) -> SentenceTransformer:
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.util import import_from_string
     from transformers import AutoTokenizer
 
     modules_config = _read_json(folder / "modules.json")
+    module_classes = _module_classes(folder, modules_config[1:])  # before anything else of the folder is loaded
     bert_config = _read_json(folder / "sentence_bert_config.json", required=False)
     tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     first = OnnxTransformer(onnx_path, tokenizer, _max_seq_length(folder, bert_config, tokenizer), threads)
     rest = []
-    for entry in modules_config[1:]:
-        # modules.json names sentence-transformers modules (Pooling, Dense, Normalize, ...)
-        module_class = cast("type[Module]", import_from_string(entry["type"]))
+    for entry, module_class in zip(modules_config[1:], module_classes):
         rest.append(module_class.load(str(folder), subfolder=entry["path"], local_files_only=True))
     st_config = _read_json(folder / "config_sentence_transformers.json", required=False)
     log.info("loaded %s with onnxruntime (%s)", folder, onnx_path.name)
@@ -186,6 +184,25 @@ def _onnx_sentence_transformer(folder: Path, onnx_path: Path, threads: int | Non
         default_prompt_name=st_config.get("default_prompt_name"),
         similarity_fn_name=st_config.get("similarity_fn_name"),
     )
+
+
+def _module_classes(folder: Path, entries: list[dict[str, Any]]) -> list[type[Module]]:
+    """The classes ``modules.json`` names after the transformer (Pooling, Dense, Normalize, ...), through the
+    same gate as sentence-transformers' own loader: a class outside ``sentence_transformers.*`` would run code
+    the folder chose, so it is refused, as the PyTorch backend refuses it without ``trust_remote_code``."""
+    from sentence_transformers.util.misc import import_module_class
+
+    classes = []
+    for entry in entries:
+        try:
+            found = import_module_class(str(entry["type"]), str(folder), trust_remote_code=False, local_files_only=True)
+        except ValueError as exc:
+            raise XdistillError(
+                f"{folder / 'modules.json'}: names the module class {entry['type']!r}, which is not part of "
+                "sentence-transformers; loading it would run code the model folder chose, so it is refused"
+            ) from exc
+        classes.append(cast("type[Module]", found))
+    return classes
 
 
 def _max_seq_length(folder: Path, bert_config: dict[str, Any], tokenizer: Any) -> int:
