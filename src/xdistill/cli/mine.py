@@ -80,7 +80,7 @@ def command(src: Path, tgt: Path, output: Path, work_dir: Path | None, **options
     from xdistill.mining.stream import LineFile
     from xdistill.outputs import check_output_file
 
-    check_output_file(output, [src, tgt, work_dir, options.get("model")])
+    check_output_file(output, [src, tgt, options.get("model")])
     src_lines, tgt_lines = LineFile(src), LineFile(tgt)
     output.parent.mkdir(parents=True, exist_ok=True)
     if work_dir is not None:
