@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.lightweight_helpers import tatoeba_pairs, tiny_e5_student, write_parallel
 from tests.trainer_helpers import mirror_dir
 from xdistill.training.student import save_student
@@ -16,6 +18,7 @@ from xdistill.training.student import save_student
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # the whole benchmark script end to end (about 70 s)
 def test_bench_export_tiny_reports_trimming_and_every_export(tmp_path: Path) -> None:
     student = save_student(tiny_e5_student(), tmp_path / "student")
     pairs = {lang: tatoeba_pairs(lang, 30) for lang in ("de", "tr")}
@@ -79,6 +82,7 @@ def test_bench_export_tiny_reports_trimming_and_every_export(tmp_path: Path) -> 
     assert exports[3]["details"]["disk_mb"] < exports[2]["details"]["disk_mb"]
 
 
+@pytest.mark.slow
 def test_bench_export_tatoeba_all_compares_the_trimmed_vocabulary_per_language_group(tmp_path: Path) -> None:
     student = save_student(tiny_e5_student(), tmp_path / "student")
     pairs = {"de": tatoeba_pairs("de", 30)}
