@@ -66,6 +66,9 @@ def _check_same_kind(key: str, current: Any, value: Any, params_file: Path) -> N
     """Refuse a value of another kind than the one it replaces ("3e-5" for a learning rate): it would read back
     as itself and fail only in the stage that reads it, maybe hours into the run."""
     was, new = _value_kind(current), _value_kind(value)
+    # "auto" stands for a number a stage works out itself (runtime.nproc: every visible GPU)
+    if {was, new} == {"a number", "a text"} and "auto" in (current, value):
+        return
     if was is not None and new is not None and was != new:
         raise ValueError(f"{params_file}: {key} is {was} ({current!r}), not {new} ({value!r})")
 

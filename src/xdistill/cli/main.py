@@ -44,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mine": ("mine", "mine parallel sentence pairs between two text files (margin scoring)"),
     "search": ("search", "query an index built by one model (e.g. the teacher) with another (e.g. the student)"),
     "export": ("export", "write a student as ONNX fp32, ONNX int8 and fp16 safetensors"),
+    "profile": ("profile", "apply a machine profile (profiles/<name>.yaml, e.g. gpu) to params.yaml"),
 }
 
 
