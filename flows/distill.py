@@ -7,7 +7,8 @@ How a run works
 1. clones the project's last commit into a private workspace beside the project that uses the
    project's DVC cache (:mod:`flows.workspace`); with ``resume_from``, an interrupted run's
    training checkpoints are copied in;
-2. writes the run's parameters into the workspace's params.yaml (:func:`xdistill.params_file.write_params`);
+2. applies the run's profile (``profile``, e.g. ``gpu``: :func:`xdistill.profiles.apply_profile`), then
+   writes the run's parameters into the workspace's params.yaml (:func:`xdistill.params_file.write_params`);
 3. runs ``dvc exp run --name <experiment>`` there: DVC decides what runs (dvc.lock, its run cache),
    gives the stages ``DVC_EXP_NAME`` and commits the experiment with its metrics, plots and
    reports. Its output is read as it comes (:mod:`flows.dvc_process`): each stage DVC runs or skips
@@ -33,7 +34,9 @@ Flow parameters are typed (pydantic, :mod:`flows.run_form`): the Prefect UI's *C
 shows each with its description (from the docstring), offers the valid languages and models as
 choices, and sends only the fields a person fills in; a field left empty keeps params.yaml's value.
 
-GPU hosts: deploy the whole flow to the ``gpu`` work pool (``distill/gpu`` in prefect.yaml).
+GPU hosts: the ``distill/gpu`` deployment (prefect.yaml) runs the whole flow on the ``gpu`` work pool with
+``profile: gpu`` and ``train_processes: auto``; which GPUs a run uses is its worker's ``CUDA_VISIBLE_DEVICES``
+(docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -54,7 +57,16 @@ from flows.registry_tasks import (
     unregister_unsaved,
     workspace_registration,
 )
-from flows.run_form import Language, LossWeights, ModelSpec, is_set, mirror_from_workspace, run_params
+from flows.run_form import (
+    Language,
+    LossWeights,
+    ModelSpec,
+    ProfileName,
+    TrainProcesses,
+    is_set,
+    mirror_from_workspace,
+    run_params,
+)
 from flows.workspace import (
     check_new_experiment,
     checkpoint_stamps,
@@ -79,6 +91,8 @@ def distill(
     train_steps: Annotated[int, Field(gt=0)] | MISSING = MISSING,
     loss_weights: LossWeights | MISSING = MISSING,
     mirror: str | MISSING = MISSING,
+    profile: ProfileName | MISSING = MISSING,
+    train_processes: TrainProcesses | MISSING = MISSING,
     experiment: str | MISSING = MISSING,
     overrides: dict[str, Any] | MISSING = MISSING,
     promote: bool = True,
@@ -104,6 +118,10 @@ def distill(
         loss_weights: Weights of the distillation losses (0 turns one off). Empty: params.yaml's `train.loss`.
         mirror: Folder holding the offline corpora mirror (absolute, or relative to the project
             folder; the run re-points it from its workspace). Empty: params.yaml's `corpora.mirror`.
+        profile: Settings for a kind of machine (profiles/<name>.yaml), applied to params.yaml before
+            the fields here, e.g. gpu (one datacenter GPU, bf16) or gpu-fp16 (V100, T4). Empty: none.
+        train_processes: Training processes on the worker's host: auto (one per GPU the worker sees,
+            1 on a CPU) or a number. Empty: params.yaml's `runtime.nproc`.
         experiment: Name of the DVC experiment (default: from this run's name).
         overrides: Any other params.yaml value by dotted key, e.g.
             {"train.learning_rate": 3e-5, "parallel.max_train_pairs": 20000}. Wins over the fields above.
@@ -120,7 +138,9 @@ def distill(
     root = project_root(project if is_set(project) else None)
     name = experiment_name(experiment if is_set(experiment) else None)
     check_new_experiment(root, name)
-    values = run_params(languages, teacher, student, train_steps, loss_weights, mirror, overrides)
+    values = run_params(
+        languages, teacher, student, train_steps, loss_weights, mirror, overrides, train_processes=train_processes
+    )
     workspace = prepare_workspace(str(root), name, workspace_parent if is_set(workspace_parent) else None)
     saved = started = False
     seeded: dict[str, int] = {}
@@ -129,7 +149,9 @@ def distill(
         if is_set(resume_from):
             seed_checkpoints(workspace, resume_from)
             seeded = checkpoint_stamps(Path(workspace))
-        params = set_params(workspace, mirror_from_workspace(values, root, Path(workspace)))
+        params = set_params(
+            workspace, mirror_from_workspace(values, root, Path(workspace)), profile if is_set(profile) else None
+        )
         started = True  # from here on the register stage may have registered a version
         stages = run_experiment(Path(workspace), root, name)
         rev = push_experiment(workspace, str(root), name)

@@ -1,13 +1,15 @@
 """The project's local UIs: a Prefect stack (server + UI, work pools, deployments, a worker) and the MLflow UI.
 
     python flows/local_stack.py prefect               # Prefect UI on http://127.0.0.1:4200, Ctrl-C stops all
-    python flows/local_stack.py prefect --port 4300 --gpu-worker
+    python flows/local_stack.py prefect --port 4300 --gpu-worker           # + a gpu worker for all GPUs
+    python flows/local_stack.py prefect --gpu-worker-per-gpu               # + a gpu worker per visible GPU
     python flows/local_stack.py mlflow                # MLflow UI on http://127.0.0.1:5000 over the project's store
 
 ``scripts/prefect_up.sh`` and ``scripts/mlflow_ui.sh`` run these. Everything binds to 127.0.0.1;
 Prefect's state lives in ``<project>/.prefect`` (``PREFECT_HOME``). The browser tests start and
 stop both UIs with the same classes, so the README's commands are the tested path. Workers are
-stopped before the server (a worker whose server vanished hangs on SIGTERM).
+stopped before the server (a worker whose server vanished hangs on SIGTERM). Every gpu worker runs
+one flow run at a time (``--limit 1``): two runs never share its GPUs (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -150,15 +152,38 @@ class LocalStack:
         """Apply every deployment of ``project``/prefect.yaml (working directory: ``project``)."""
         self.prefect("--no-prompt", "deploy", "--all", cwd=project)
 
-    def start_worker(self, pool: str = "cpu", extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start_worker(
+        self,
+        pool: str = "cpu",
+        extra_env: dict[str, str] | None = None,
+        limit: int | None = None,
+        name: str | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """A process worker on ``pool``; ``limit``: flow runs at once (None: any number); ``extra_env``
+        reaches its flow runs unless the deployment's job variables set the same variable."""
+        cmd = [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"]
+        cmd += ["--limit", str(limit)] if limit is not None else []
+        cmd += ["--name", name] if name else []
         worker = _start(
-            [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"],
-            {**self.env(), **(extra_env or {})},
-            self.log_dir,
-            f"worker-{pool}-{len(self.workers)}",
+            cmd, {**self.env(), **(extra_env or {})}, self.log_dir, name or f"worker-{pool}-{len(self.workers)}"
         )
         self.workers.append(worker)
         return worker
+
+    def start_gpu_workers(self, per_gpu: bool) -> list[str]:
+        """Workers on the gpu pool, each with ``--limit 1``: one per visible GPU (``CUDA_VISIBLE_DEVICES``
+        set to it) or, without ``per_gpu``, one for all of them (a run trains on every GPU: train_processes
+        auto). Returns each worker's GPUs."""
+        gpus = visible_gpus()
+        if not gpus:
+            raise RuntimeError("no GPU visible (CUDA_VISIBLE_DEVICES or nvidia-smi): start no gpu worker here")
+        host = socket.gethostname()
+        if not per_gpu:
+            self.start_worker("gpu", limit=1, name=f"{host}-gpu")
+            return [",".join(gpus)]
+        for gpu in gpus:
+            self.start_worker("gpu", {"CUDA_VISIBLE_DEVICES": gpu}, limit=1, name=f"{host}-gpu{gpu}")
+        return gpus
 
     def stop(self) -> None:
         """Stop the workers (and the flow runs they started), then the server."""
@@ -260,6 +285,21 @@ def stop_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=STOP_TIMEOUT_S)
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set (ids or UUIDs), else every GPU that
+    ``nvidia-smi`` lists (none without it)."""
+    chosen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if chosen is not None:
+        return [gpu.strip() for gpu in chosen.split(",") if gpu.strip()]
+    try:
+        listed = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return [line.strip() for line in listed.stdout.splitlines() if line.strip()]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -298,7 +338,15 @@ def main(argv: list[str] | None = None) -> int:
     prefect = commands.add_parser("prefect", help="Prefect server + UI, pools, deployments, a cpu worker")
     prefect.add_argument("--port", type=int, default=4200)
     prefect.add_argument("--home", type=Path, default=PROJECT_ROOT / ".prefect", help="PREFECT_HOME")
-    prefect.add_argument("--gpu-worker", action="store_true", help="also start a worker on the gpu pool")
+    gpu = prefect.add_mutually_exclusive_group()
+    gpu.add_argument(
+        "--gpu-worker", action="store_true", help="also a gpu-pool worker for every visible GPU (one run at a time)"
+    )
+    gpu.add_argument(
+        "--gpu-worker-per-gpu",
+        action="store_true",
+        help="also one gpu-pool worker per visible GPU, each seeing only its GPU (one run at a time each)",
+    )
     prefect.add_argument("--no-worker", action="store_true", help="server, pools and deployments only")
     mlflow = commands.add_parser("mlflow", help="the MLflow UI over the project's tracking store")
     mlflow.add_argument("--port", type=int, default=5000)
@@ -325,15 +373,18 @@ def main(argv: list[str] | None = None) -> int:
         stack.start_server()
         stack.create_pools()
         stack.deploy()
+        gpu_workers: list[str] = []
         if not args.no_worker:
             stack.start_worker("cpu")
-            if args.gpu_worker:
-                stack.start_worker("gpu")
+            if args.gpu_worker or args.gpu_worker_per_gpu:
+                gpu_workers = stack.start_gpu_workers(per_gpu=args.gpu_worker_per_gpu)
     except BaseException:
         _ignore_interrupts()
         stack.stop()
         raise
     print(f"Prefect UI: {stack.ui_url}  (API {stack.api_url}; logs in {stack.log_dir})")
+    if gpu_workers:
+        print(f"gpu workers (one run at a time each), CUDA_VISIBLE_DEVICES: {' | '.join(gpu_workers)}")
     print("Deployments: distill/cpu, distill/gpu, sweep/cpu. Ctrl-C stops everything.", flush=True)
     return _serve_until_interrupted([stack.server], [stack.stop])
 

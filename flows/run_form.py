@@ -17,14 +17,21 @@ from pydantic import MISSING, BaseModel, ConfigDict, Field
 
 from xdistill.data.languages import known_codes
 from xdistill.models.sources import PYPI_MODELS, PYPI_PREFIX
+from xdistill.profiles import list_profiles
 
 LANGUAGES = tuple(sorted(code for code in known_codes() if len(code) == 2 and code != "en"))
 # sentence-transformers models shipped on PyPI (mUSE is inference-only: not a teacher or student)
 TRAINABLE_MODELS = tuple(PYPI_PREFIX + name for name, model in PYPI_MODELS.items() if model.folder is not None)
 
+# the profiles of this checkout (profiles/*.yaml); a run applies the one of the commit it runs
+PROFILES = tuple(list_profiles(Path(__file__).resolve().parent.parent))
+
 Language = Literal[LANGUAGES]  # type: ignore[valid-type]
 ModelSpec = Literal[TRAINABLE_MODELS]  # type: ignore[valid-type]
+ProfileName = Literal[PROFILES] if PROFILES else str  # type: ignore[valid-type]
 LossWeight = Annotated[float, Field(ge=0)]
+# runtime.nproc: "auto" (every GPU the run's worker sees; 1 on a CPU) or a number of processes
+TrainProcesses = Literal["auto"] | Annotated[int, Field(ge=1)]
 
 
 class LossWeights(BaseModel):
@@ -78,6 +85,7 @@ def run_params(
     loss_weights: LossWeights | Any = MISSING,
     mirror: Any = MISSING,
     overrides: dict[str, Any] | Any = MISSING,
+    train_processes: Any = MISSING,
 ) -> dict[str, Any]:
     """The params.yaml values a run sets, by dotted key; ``overrides`` win over the named fields."""
     named = {
@@ -86,6 +94,7 @@ def run_params(
         "models.student": student,
         "train.steps": train_steps,
         "corpora.mirror": mirror,
+        "runtime.nproc": train_processes,
     }
     values = {key: (list(value) if key == "languages" else value) for key, value in named.items() if is_set(value)}
     if is_set(loss_weights):

@@ -29,6 +29,7 @@ from flows.dvc_process import dvc_cmd, run_checked, tool_env
 from flows.retries import retry_unless_refused
 from xdistill.io import write_text_atomic
 from xdistill.params_file import check_stage_params, write_params
+from xdistill.profiles import apply_profile
 
 
 def project_root(path: str | None = None) -> Path:
@@ -168,10 +169,14 @@ def forget_unrestorable_lock_entries(workspace: Path) -> list[str]:
 
 
 @task(task_run_name="set-params")
-def set_params(workspace: str, values: dict[str, Any]) -> dict[str, Any]:
-    """Write the run's values into the workspace's params.yaml; return the params the run uses."""
+def set_params(workspace: str, values: dict[str, Any], profile: str | None = None) -> dict[str, Any]:
+    """Apply ``profile`` (profiles/<name>.yaml of the workspace's commit), then write the run's values, into the
+    workspace's params.yaml; return the params the run uses."""
     params_file = Path(workspace) / "params.yaml"
     log = get_run_logger()
+    if profile:
+        applied = apply_profile(params_file, profile)
+        log.info("profile %s: %s", profile, ", ".join(f"{key}={json.dumps(value)}" for key, value in applied.items()))
     if values:
         write_params(params_file, values)
         log.info("params set: %s", ", ".join(f"{key}={json.dumps(value)}" for key, value in values.items()))

@@ -42,7 +42,8 @@ def test_every_distill_parameter_renders_with_a_description_and_no_null_type() -
     assert list(properties)[:6] == ["languages", "teacher", "student", "train_steps", "loss_weights", "mirror"]
     for name, prop in properties.items():
         assert prop.get("description"), f"{name} has no description"
-        assert "anyOf" not in prop and prop.get("default", "unset") is not None, f"{name} renders as nullable"
+        nullable = any(option.get("type") == "null" for option in prop.get("anyOf", []))
+        assert not nullable and prop.get("default", "unset") is not None, f"{name} renders as nullable"
     assert schema["required"] == []
     assert set(properties["languages"]["items"]["enum"]) >= {"ar", "de", "es", "fr", "it", "nl", "ru", "tr", "zh"}
     assert "en" not in properties["languages"]["items"]["enum"]
@@ -52,6 +53,11 @@ def test_every_distill_parameter_renders_with_a_description_and_no_null_type() -
         "pypi:multilingual-e5-small",
     ]
     assert properties["train_steps"] == {**properties["train_steps"], "type": "integer", "exclusiveMinimum": 0}
+    assert properties["profile"]["enum"] == ["gpu", "gpu-fp16"]  # profiles/*.yaml
+    assert properties["train_processes"]["anyOf"] == [
+        {"const": "auto", "type": "string"},
+        {"minimum": 1, "type": "integer"},
+    ]
     weights = schema["definitions"]["LossWeights"]["properties"]
     assert all(prop["type"] == "number" and prop["minimum"] == 0 and prop["description"] for prop in weights.values())
 
@@ -65,7 +71,9 @@ def test_loss_weight_fields_are_the_trainers_losses() -> None:
 def test_filled_fields_become_params_values_and_empty_ones_keep_params_yaml() -> None:
     run_params = run_form.run_params
     assert run_params() == {}
-    assert run_params(languages=[], mirror="", loss_weights={}) == {}  # what the form sends for empty fields
+    assert run_params(languages=[], mirror="", loss_weights={}, train_processes="") == {}  # empty form fields
+    assert run_params(train_processes="auto") == {"runtime.nproc": "auto"}
+    assert run_params(train_processes=2, overrides={"runtime.nproc": 4}) == {"runtime.nproc": 4}
     assert run_params(
         languages=["de", "es"],
         teacher="pypi:all-mpnet-base-v2",
@@ -81,6 +89,21 @@ def test_filled_fields_become_params_values_and_empty_ones_keep_params_yaml() ->
         "train.loss.additive_margin_softmax": 0.1,
         "train.learning_rate": 1e-05,
     }
+
+
+def test_a_runs_profile_goes_into_its_workspace_params_first_and_its_fields_win(tmp_path: Path) -> None:
+    """What set-params does in a run's workspace (a clone: params.yaml and profiles/ as committed)."""
+    from prefect.logging import disable_run_logger
+
+    shutil.copy(REPO_ROOT / "params.yaml", tmp_path / "params.yaml")
+    shutil.copytree(REPO_ROOT / "profiles", tmp_path / "profiles")
+    values = run_form.run_params(train_steps=7, train_processes=2)
+    with disable_run_logger():
+        params = run_workspace.set_params.fn(str(tmp_path), values, "gpu")
+    assert params == yaml.safe_load((tmp_path / "params.yaml").read_text(encoding="utf-8"))
+    assert params["train"]["device"] == "cuda" and params["train"]["precision"] == "bf16"
+    assert params["train"]["steps"] == 7 and params["runtime"]["nproc"] == 2  # the field wins over the profile
+    assert params["runtime"]["pin_memory"] is True
 
 
 def test_a_relative_mirror_is_re_pointed_from_the_workspace(tmp_path: Path) -> None:
