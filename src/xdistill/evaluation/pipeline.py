@@ -102,13 +102,27 @@ def _checked_bucc_dir(eval_dir: Path, bucc_dir: str | None) -> Path | None:
     return bucc
 
 
-def _load_encoder(spec: str, batch_size: int, adapter_from: str | Path | None = None) -> CachedEncoder:
+def _load_encoder(spec: str, settings: EvaluationSettings, adapter_from: str | Path | None = None) -> CachedEncoder:
     """The model behind ``spec`` (with its teacher-space adapter, where it has one: in its own folder or in
-    ``adapter_from``), wrapped so each distinct sentence is embedded once per run."""
+    ``adapter_from``) in ``evaluate.precision``, wrapped so each distinct sentence is embedded once per run."""
     from xdistill.adapter.model import load_encoder_with_adapter
 
     logger.info("loading %s", spec)
-    return CachedEncoder(load_encoder_with_adapter(spec, adapter_from=adapter_from), batch_size=batch_size)
+    encoder = load_encoder_with_adapter(spec, adapter_from=adapter_from)
+    return CachedEncoder(in_precision(encoder, settings.precision), batch_size=settings.batch_size)
+
+
+def in_precision(encoder: Any, precision: str) -> Any:
+    """``encoder`` with its torch model cast to ``precision`` (``evaluate.precision``; half formats on a GPU only).
+
+    mUSE (numpy on the CPU, no torch model) runs as it is: it is a fixed reference, not a model under test.
+    """
+    from xdistill.models.precision import DEFAULT_PRECISION, cast_for_inference
+
+    model = getattr(encoder, "model", None)
+    if precision != DEFAULT_PRECISION and model is not None:
+        encoder.model = cast_for_inference(model, precision, "evaluate.precision")
+    return encoder
 
 
 def run_baselines(
@@ -122,9 +136,9 @@ def run_baselines(
     specs = baseline_specs(models, settings)
     results: dict[str, dict[str, Any]] = {}
     with prepared_inputs(raw_dir, settings, dev_path) as inputs:
-        teacher = _load_encoder(specs[TEACHER_LABEL], settings.batch_size)
+        teacher = _load_encoder(specs[TEACHER_LABEL], settings)
         for label, spec in specs.items():
-            encoder = teacher if label == TEACHER_LABEL else _load_encoder(spec, settings.batch_size)
+            encoder = teacher if label == TEACHER_LABEL else _load_encoder(spec, settings)
             results[label] = {
                 **evaluate_model(encoder, label, settings, inputs, teacher=teacher),
                 "settings": settings.as_dict(),
@@ -209,8 +223,8 @@ def run_start_evaluation(
     so recipes that share the starting student share this evaluation through DVC's run cache), with the
     teacher-space adapter in ``adapter_from`` where that folder holds one (the ``start_adapter`` stage's)."""
     with prepared_inputs(raw_dir, settings, dev_path) as inputs:
-        teacher = _load_encoder(teacher_spec, settings.batch_size)
-        model = _load_encoder(start_spec, settings.batch_size, adapter_from)
+        teacher = _load_encoder(teacher_spec, settings)
+        model = _load_encoder(start_spec, settings, adapter_from)
         result = {
             **evaluate_model(model, START_LABEL, settings, inputs, teacher=teacher),
             "settings": settings.as_dict(),
@@ -237,8 +251,8 @@ def run_student_evaluation(
     for folder in baselines_dirs:
         baselines.update(load_baselines(folder))
     with prepared_inputs(raw_dir, settings, dev_path) as inputs:
-        teacher = _load_encoder(teacher_spec, settings.batch_size)
-        student = _load_encoder(student_spec, settings.batch_size)
+        teacher = _load_encoder(teacher_spec, settings)
+        student = _load_encoder(student_spec, settings)
         result = {
             **evaluate_model(student, STUDENT_LABEL, settings, inputs, teacher=teacher),
             "settings": settings.as_dict(),

@@ -15,6 +15,7 @@ from typing import Any
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.mining.margin import MARGINS, RETRIEVALS
+from xdistill.models.precision import DEFAULT_PRECISION, check_precision
 
 # The groups of ``evaluate.benchmarks``, in the order the evaluators run (one evaluator each, see
 # :data:`xdistill.evaluation.registry.EVALUATORS`).
@@ -47,6 +48,7 @@ class EvaluationSettings:
     bucc_dir: str | None = None
     pca_sentences: int = 12
     muse: bool = True
+    precision: str = "fp32"  # the models' number format on a GPU: fp32 | fp16 | bf16 (xdistill.models.precision)
 
     __pydantic_config__ = SECTION_CONFIG
 
@@ -68,6 +70,7 @@ class EvaluationSettings:
             if value is not None and value < least:
                 raise XdistillError(f"params evaluate.{name} must be null (every pair) or >= {least}, got {value}")
         self._check_mining()
+        check_precision(self.precision, "evaluate.precision")
 
     def _check_mining(self) -> None:
         """The mining settings, here and not where mining reads them: that comes after minutes of encoding."""
@@ -88,8 +91,14 @@ NOT_PROTOCOL = ("batch_size", "pca_sentences", "muse", "tatoeba_all")
 
 def evaluation_protocol(settings: Mapping[str, Any]) -> dict[str, Any]:
     """The settings (:meth:`EvaluationSettings.as_dict`) the scores depend on: languages, benchmarks, sample
-    sizes, mining construction. Two primary scores are comparable only under the same protocol."""
-    return {key: value for key, value in sorted(settings.items()) if key not in NOT_PROTOCOL}
+    sizes, mining construction, and a half precision (fp32, the default, is left out: the protocol of every
+    evaluation recorded before the setting existed). Two primary scores are comparable only under the same
+    protocol."""
+    return {
+        key: value
+        for key, value in sorted(settings.items())
+        if key not in NOT_PROTOCOL and not (key == "precision" and value == DEFAULT_PRECISION)
+    }
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,10 @@ embedded already (the mpnet vectors of a quality member: 36 min on 2 cores). It 
 stale vector: a sub-store belongs to one teacher fingerprint (a digest of the weights' files) and
 a row to one normalised sentence, exactly the key of the stage's own store; the vectors copied
 from it are those the stage would compute (fp16 both ways).
+
+``teacher_embed.precision`` (fp32, fp16, bf16) is the format the teacher runs in: half precision on a
+GPU only (:mod:`xdistill.models.precision`), and part of the teacher's identity in both stores, so
+vectors encoded in fp16 are never served to an fp32 request or the other way round.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import numpy as np
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.data.parallel_tsv import read_parallel_pairs
 from xdistill.errors import XdistillError
+from xdistill.models.precision import DEFAULT_PRECISION, check_precision, require_gpu_for_half
 from xdistill.teacher.store import (
     INDEX_FILE,
     TeacherStore,
@@ -42,6 +47,8 @@ if TYPE_CHECKING:  # heavy imports only where the model actually runs
     from sentence_transformers import SentenceTransformer
 
 logger = logging.getLogger(__name__)
+
+PRECISION_SETTING = "teacher_embed.precision"
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,7 @@ def embed_into_store(
     commit_rows: int = 16384,
     progress: bool = True,
     shared_dir: str | Path | None = None,
+    precision: str = DEFAULT_PRECISION,
 ) -> EmbedStats:
     """Make sure every sentence has a teacher embedding in ``store_dir``; encode only the missing.
 
@@ -139,13 +147,16 @@ def embed_into_store(
     folder), missing sentences found there are copied instead of encoded, and what this call
     encoded is added there at the end. The store ends in its canonical layout (sorted by key), so
     its files do not depend on which sentences were copied, encoded or already there.
+    ``precision`` (``teacher_embed.precision``): the teacher's number format, half formats on a GPU
+    only (refused on a CPU when anything is left to encode); a part of the teacher's store identity.
     """
+    check_precision(precision, PRECISION_SETTING)
     if batch_size <= 0 or commit_rows <= 0:
         raise XdistillError(f"batch_size and commit_rows must be positive, got {batch_size}, {commit_rows}")
     start = time.perf_counter()
     texts = list(dict.fromkeys(normalized_texts(sentences)))
     keys = keys_of_normalized(texts)
-    teacher_id = teacher_fingerprint(teacher_spec)
+    teacher_id = teacher_fingerprint(teacher_spec, precision)
     n_shared = 0
     with substore_writer(store_dir, teacher_id, teacher_spec) as writer:
         missing = writer.missing(keys)
@@ -174,6 +185,7 @@ def embed_into_store(
                 device=_resolve_device(device),
                 commit_rows=commit_rows,
                 progress=progress,
+                precision=precision,
             )
         writer.canonicalize()  # the same vectors give the same files, however they arrived
     if len(missing) and shared_dir is not None:
@@ -236,10 +248,13 @@ def _encode_missing(
     device: str,
     commit_rows: int,
     progress: bool,
+    precision: str = DEFAULT_PRECISION,
 ) -> None:
     from xdistill.models import load_sentence_transformer
+    from xdistill.models.precision import cast_for_inference
 
-    model = load_sentence_transformer(teacher_spec, device=device)
+    require_gpu_for_half(precision, device, PRECISION_SETTING)  # before minutes of loading a model
+    model = cast_for_inference(load_sentence_transformer(teacher_spec, device=device), precision, PRECISION_SETTING)
     pending_rows: list[np.ndarray] = []
     pending_embeddings: list[np.ndarray] = []
     pending = 0
@@ -277,8 +292,10 @@ class TeacherEmbedSettings:
     device: str | None = None  # null: cuda when present, else cpu
     commit_rows: int = 16384  # new vectors are committed to the store every this many sentences
     shared_store: bool = False  # also read and add to shared_store_dir()
+    precision: str = DEFAULT_PRECISION  # fp32 | fp16 | bf16: the teacher's number format (half: cuda only)
 
     def __post_init__(self) -> None:
+        check_precision(self.precision, PRECISION_SETTING)
         for key in ("batch_size", "commit_rows"):
             if getattr(self, key) < 1:
                 raise XdistillError(f"params teacher_embed.{key}: must be at least 1 (got {getattr(self, key)})")
@@ -307,4 +324,5 @@ def build_teacher_store(
         device=settings.device,
         commit_rows=settings.commit_rows,
         shared_dir=shared_store_dir() if settings.shared_store else None,
+        precision=settings.precision,
     )

@@ -14,6 +14,8 @@ Why this shape:
 
 - **Sub-store per teacher.** A new student, new loss weights or a new language never touch the
   teacher's vectors; switching teachers back and forth finds each teacher's vectors still there.
+  A teacher encoded in half precision on a GPU (``teacher_embed.precision: fp16`` or ``bf16``) is
+  a teacher of its own here (:func:`teacher_fingerprint`): fp32 and half-precision vectors never mix.
 - **Append-only shards + atomic index.** An append writes new shard files under temporary names,
   renames them into place, and only then replaces ``index.json`` (itself atomically). The index
   lists only complete shards, so a crash or SIGKILL at any moment leaves the previous consistent
@@ -176,18 +178,26 @@ class TeacherStore:
     # -- opening ---------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | Path, *, teacher_spec: str | None = None, teacher_id: str | None = None) -> TeacherStore:
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        teacher_spec: str | None = None,
+        teacher_id: str | None = None,
+        precision: str = "fp32",
+    ) -> TeacherStore:
         """Open a teacher's sub-store.
 
         ``path`` is either a sub-store folder (holding ``index.json``) or the store root
         (``data/teacher``). Under the root, the sub-store is chosen by ``teacher_id`` (a
-        :func:`xdistill.models.model_fingerprint`), by ``teacher_spec`` (fingerprinted here),
+        :func:`teacher_fingerprint`), by ``teacher_spec`` and ``precision`` (the
+        ``teacher_embed.precision`` the vectors were encoded in; fingerprinted here),
         or, when neither is given, is the only one there.
         Raises :class:`XdistillError` when it is missing, corrupt or belongs to another teacher.
         """
         path = Path(path)
         if teacher_spec is not None and teacher_id is None:
-            teacher_id = teacher_fingerprint(teacher_spec)
+            teacher_id = teacher_fingerprint(teacher_spec, precision)
         if not (path / INDEX_FILE).is_file():
             path = cls._choose_substore(path, teacher_id, teacher_spec)
         store = cls._open_substore(path)
@@ -205,7 +215,10 @@ class TeacherStore:
                 which = teacher_spec or teacher_id
                 raise XdistillError(
                     f"{root}: no embeddings of teacher {which!r} (expected {sub.name}/); "
-                    "run `xdistill teacher-embed` with this teacher first"
+                    + (
+                        _other_precisions_hint(root, teacher_id)
+                        or "run `xdistill teacher-embed` with this teacher first"
+                    )
                 )
             return sub
         subs = list_substores(root)
@@ -340,6 +353,23 @@ def read_index(index_path: Path) -> dict[str, Any]:
     return index
 
 
+def _other_precisions_hint(root: Path, teacher_id: str) -> str:
+    """What to tell a reader asking for one precision of a teacher the store holds in another ('' if none)."""
+    base, _, _ = teacher_id.partition("+")
+    found = [
+        precision
+        for precision in ("fp32", "fp16", "bf16")
+        if with_precision(base, precision) != teacher_id
+        and (root / substore_name(with_precision(base, precision)) / INDEX_FILE).is_file()
+    ]
+    if not found:
+        return ""
+    return (
+        f"the store holds this teacher's vectors encoded in {' and '.join(found)}: read them with that "
+        "teacher_embed.precision, or run `xdistill teacher-embed` with this one"
+    )
+
+
 def list_substores(root: str | Path) -> list[Path]:
     """The teacher sub-stores under a store root (those with an index), sorted by name."""
     root = Path(root)
@@ -348,8 +378,20 @@ def list_substores(root: str | Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.name.startswith(SUBSTORE_PREFIX) and (p / INDEX_FILE).is_file())
 
 
-def teacher_fingerprint(teacher_spec: str) -> str:
-    """The teacher's identity as recorded in the store (see :func:`xdistill.models.model_fingerprint`)."""
-    from xdistill.models import model_fingerprint
+def teacher_fingerprint(teacher_spec: str, precision: str = "fp32") -> str:
+    """The teacher's identity as recorded in the store: its weights (:func:`xdistill.models.model_fingerprint`)
+    and, when not fp32, the precision it encoded in (``teacher_embed.precision``), e.g. ``...@<hex>+fp16``.
 
-    return model_fingerprint(teacher_spec)
+    fp32 keeps the bare fingerprint, so stores written before the precision existed stay valid; another
+    precision is another sub-store, and neither store ever serves one precision's vectors to the other.
+    """
+    from xdistill.models import model_fingerprint
+    from xdistill.models.precision import check_precision
+
+    check_precision(precision, "teacher_embed.precision")
+    return with_precision(model_fingerprint(teacher_spec), precision)
+
+
+def with_precision(fingerprint: str, precision: str) -> str:
+    """A teacher fingerprint's store identity in ``precision`` (see :func:`teacher_fingerprint`)."""
+    return fingerprint if precision == "fp32" else f"{fingerprint}+{precision}"
