@@ -105,7 +105,7 @@ def test_every_stage_setting_is_checked_before_the_run_starts(tmp_path: Path, re
         "not a multiple of grad_accumulation": {
             "train": {**committed["train"], "batch_size": 30, "grad_accumulation": 4}
         },
-        "a slice holds 1 pair": {"train": {**committed["train"], "batch_size": 4, "grad_accumulation": 4}},
+        "a micro-batch holds 1 pair": {"train": {**committed["train"], "batch_size": 4, "grad_accumulation": 4}},
         "head_fit must be one of": {
             "train": {**committed["train"], "student": {**committed["train"]["student"], "head_fit": "svd"}}
         },

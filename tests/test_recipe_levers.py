@@ -452,9 +452,8 @@ def test_similarity_ranking_teaches_the_student_the_teachers_order(setup: dict[s
 
 
 def test_cpu_bf16_autocast_lowers_the_steps_and_keeps_fp32_weights(setup: dict[str, Path], tmp_path: Path) -> None:
-    """train.autocast_bf16: always runs the training steps' matrix products in bf16 on a CPU (a real
-    bf16 run: its weights move as the fp32 run's do, not identically); cuda (the default) and never
-    leave a CPU run in fp32, the same run bit for bit; auto is bf16 exactly where the CPU has bf16 instructions."""
+    """train.precision bf16 runs the training steps' matrix products in bf16 on a CPU (a real bf16 run: its
+    weights move as the fp32 run's do, not identically); fp32 (the default) leaves them in fp32."""
     dtypes: dict[str, set[torch.dtype]] = {}
     weights: dict[str, dict[str, torch.Tensor]] = {}
 
@@ -464,29 +463,25 @@ def test_cpu_bf16_autocast_lowers_the_steps_and_keeps_fp32_weights(setup: dict[s
 
     handle = torch.nn.modules.module.register_module_forward_hook(record)
     try:
-        for mode in ("always", "cuda", "never", "auto"):
+        for mode in ("bf16", "fp32"):
             dtypes[mode] = set()
-            _train(setup, tmp_path / mode, steps=3, eval_every=3, interpolation=None, autocast_bf16=mode)
+            _train(setup, tmp_path / mode, steps=3, eval_every=3, interpolation=None, precision=mode)
             weights[mode] = load_weights(tmp_path / mode / "student")
     finally:
         handle.remove()
-    from xdistill.training.tokenized import cpu_has_native_bf16
-
-    native = torch.bfloat16 if cpu_has_native_bf16() else torch.float32  # auto: bf16 where the CPU has it
-    assert dtypes == {"always": {torch.bfloat16}, "cuda": {torch.float32}, "never": {torch.float32}, "auto": {native}}
-    names = weights["never"].keys()
-    assert weights["cuda"].keys() == weights["always"].keys() == names
-    assert all(torch.equal(weights["cuda"][n], weights["never"][n]) for n in names)
-    assert all(weights["always"][n].dtype == weights["cuda"][n].dtype for n in names)  # exported as trained: fp32
+    assert dtypes == {"bf16": {torch.bfloat16}, "fp32": {torch.float32}}
+    names = weights["fp32"].keys()
+    assert weights["bf16"].keys() == names
+    assert all(weights["bf16"][n].dtype == weights["fp32"][n].dtype for n in names)  # exported as trained: fp32
     base = {name.split(":", 1)[1]: tensor for name, tensor in load_weights(setup["student"]).items()}
     moved = {
         n: base[n.split(":", 1)[1]]
         for n in names
-        if n.split(":", 1)[1] in base and not torch.equal(weights["cuda"][n], base[n.split(":", 1)[1]])
+        if n.split(":", 1)[1] in base and not torch.equal(weights["fp32"][n], base[n.split(":", 1)[1]])
     }
     assert moved, "the fp32 run trained nothing"
-    update = torch.cat([(weights["cuda"][n] - start).flatten() for n, start in moved.items()])
-    gap = torch.cat([(weights["always"][n] - weights["cuda"][n]).flatten() for n in moved])
+    update = torch.cat([(weights["fp32"][n] - start).flatten() for n, start in moved.items()])
+    gap = torch.cat([(weights["bf16"][n] - weights["fp32"][n]).flatten() for n in moved])
     assert 0 < gap.norm() < 0.5 * update.norm(), (float(gap.norm()), float(update.norm()))
 
 

@@ -9,6 +9,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -38,7 +39,7 @@ from xdistill.training import checkpoint as ckpt
 from xdistill.training.batches import BatchStream, epoch_batches, read_parallel_pairs
 from xdistill.training.loop import TrainingDivergedError, linear_schedule
 from xdistill.training.settings import OutputPaths, RuntimeSettings, TrainParams
-from xdistill.training.trainer import train_student
+from xdistill.training.trainer import placement, train_student
 from xdistill.training.validation import (
     BLOCK_MINING_SEEDS,
     TrainingCollapsedError,
@@ -263,8 +264,21 @@ def test_params_are_validated() -> None:
     for key in ("max_seq_length", "eval_batch_size", "train_max_pairs", "dev_max_pairs"):
         with pytest.raises(XdistillError, match=rf"params train.{key} must be >= 1"):
             TrainParams.from_params({key: 0})
-    with pytest.raises(XdistillError, match="autocast_bf16 must be one of cuda, auto, always, never, got 'cpu'"):
-        TrainParams.from_params({"autocast_bf16": "cpu"})
+    with pytest.raises(XdistillError, match="train.precision must be one of fp32, bf16, fp16, got 'fp8'"):
+        TrainParams.from_params({"precision": "fp8"})
+    with pytest.raises(XdistillError, match="train.device must be one of cpu, cuda, got 'gpu'"):
+        TrainParams.from_params({"device": "gpu"})
+    with pytest.raises(XdistillError, match="fp16 needs train.device cuda"):
+        TrainParams.from_params({"precision": "fp16"})
+    with pytest.raises(XdistillError, match=r"autocast_bf16 is now train.precision .* always is bf16"):
+        TrainParams.from_params({"autocast_bf16": "always"})
+    with pytest.raises(XdistillError, match="--device cuda:1 is not a cpu device"):
+        placement("cpu", "cuda:1")
+    assert placement("cuda", "cuda:1") == "cuda:1" and placement("cuda", None) == "cuda"
+    with pytest.raises(XdistillError, match="nproc must be auto or a number >= 1"):
+        RuntimeSettings.from_params({"nproc": 0})
+    with pytest.raises(XdistillError, match="rdzv_endpoint .* not set"):
+        RuntimeSettings.from_params({"nnodes": 2})
     with pytest.raises(XdistillError, match="runtime"):
         RuntimeSettings(log_every=0)
     with pytest.raises(XdistillError, match="early_stopping_patience must be >= 1 or null"):
@@ -283,11 +297,12 @@ def test_in_batch_losses_over_slices_of_one_pair_are_refused() -> None:
     one = torch.nn.functional.normalize(torch.randn(1, 8), dim=-1)
     assert additive_margin_softmax_loss(one, one.flip(1), margin=0.3, scale=20.0).item() == 0.0  # the no-op
     ams = {"mse": 1.0, "additive_margin_softmax": 0.1}
-    with pytest.raises(XdistillError, match=r"additive_margin_softmax compare .* a slice holds 1 pair"):
+    with pytest.raises(XdistillError, match=r"additive_margin_softmax compare .* a micro-batch holds 1 pair"):
         TrainParams.from_params({"batch_size": 4, "grad_accumulation": 4, "loss": ams}).check_world_size(1)
-    with pytest.raises(XdistillError, match="2 processes"):
-        TrainParams.from_params({"batch_size": 4, "grad_accumulation": 2, "loss": ams}).check_world_size(2)
-    TrainParams.from_params({"batch_size": 4, "grad_accumulation": 2, "loss": ams}).check_world_size(1)
+    with pytest.raises(XdistillError, match="3 processes"):
+        TrainParams.from_params({"batch_size": 4, "grad_accumulation": 2, "loss": ams}).check_world_size(3)
+    # the in-batch losses see the whole micro-batch, gathered from every process: one pair per process is enough
+    TrainParams.from_params({"batch_size": 4, "grad_accumulation": 2, "loss": ams}).check_world_size(2)
     TrainParams.from_params({"batch_size": 4, "grad_accumulation": 4, "loss": {"mse": 1.0}}).check_world_size(1)
 
 
@@ -402,39 +417,102 @@ def test_the_process_group_outwaits_a_long_export(monkeypatch: pytest.MonkeyPatc
     assert joined["timeout"].total_seconds() >= 3600
 
 
-def test_two_gloo_processes_match_one_process(setup: dict[str, Path], reference_run: Path) -> None:
-    workdir = setup["root"] / "ddp"
-    torchrun = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-port",
-        "29533",
-        "-m",
-        "xdistill.cli.main",
-    ]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [*torchrun, *cli_args(workdir, setup["data"], setup["store"], setup["params"])],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    reference = load_weights(reference_run / "student")
-    weights = load_weights(workdir / "student")
-    changed = 0
+def assert_same_student(workdir: Path, reference_run: Path, setup: dict[str, Path]) -> None:
+    """``workdir``'s student equals the 1-process reference within float noise, and training changed it."""
+    reference, weights = load_weights(reference_run / "student"), load_weights(workdir / "student")
     initial = load_weights(setup["student"])
+    changed = 0
     for name, tensor in reference.items():
         torch.testing.assert_close(weights[name], tensor, atol=2e-5, rtol=1e-4, msg=name)
         base = initial.get(name)
         changed += base is not None and base.shape == tensor.shape and not torch.equal(base, tensor)
     assert changed > 0, "training changed no weight: the comparison would be vacuous"
+
+
+def launched_params(setup: dict[str, Path], name: str, **runtime: object) -> Path:
+    """REFERENCE's params with these runtime settings (how many processes, where they meet)."""
+    return write_params(setup["root"] / f"{name}.yaml", REFERENCE, str(setup["student"]), runtime=runtime)
+
+
+def test_the_train_stage_starts_two_gloo_processes_matching_one(setup: dict[str, Path], reference_run: Path) -> None:
+    """runtime.nproc 2: the plain stage command starts both processes itself (no torchrun in dvc.yaml)."""
+    workdir = setup["root"] / "ddp"
+    params = launched_params(setup, "ddp", nproc=2)
+    proc = run_cli(cli_args(workdir, setup["data"], setup["store"], params), cwd=REPO_ROOT, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "starting 2 training processes (cpu, this host)" in proc.stderr
+    assert_same_student(workdir, reference_run, setup)
+    provenance = json.loads((workdir / "train.json").read_text())["provenance"]
+    assert provenance["processes"] == 2 and provenance["device_type"] == "cpu" and provenance["precision"] == "fp32"
+    peaks = provenance["peak_memory_mb"]  # each process measures its own peak
+    assert len(peaks) == 2 and all(peak["rss_mb"] > 50 for peak in peaks)
+
+
+def test_two_hosts_meet_at_a_c10d_rendezvous(setup: dict[str, Path], reference_run: Path, tmp_path: Path) -> None:
+    """runtime.nnodes 2: two "hosts" (own HOME and working folder, one process each) join one job at
+    127.0.0.1:<port>, as `torchrun --nnodes 2` would; the checkpoints live on storage both see."""
+    workdir = setup["root"] / "two-hosts"
+    params = launched_params(setup, "two-hosts", nproc=1, nnodes=2, rdzv_endpoint=f"127.0.0.1:{free_port()}")
+    hosts = []
+    for host in ("host-a", "host-b"):
+        home = tmp_path / host
+        home.mkdir()
+        env = dict(os.environ, HOME=str(home), XDISTILL_CACHE_DIR=str(home / "cache"))
+        hosts.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "xdistill.cli.main", *cli_args(workdir, setup["data"], setup["store"], params)],
+                cwd=home,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    logs = [host.communicate(timeout=400)[0] for host in hosts]
+    assert [host.returncode for host in hosts] == [0, 0], "\n".join(log[-3000:] for log in logs)
+    assert_same_student(workdir, reference_run, setup)
+    assert json.loads((workdir / "train.json").read_text())["provenance"]["processes"] == 2
+
+
+def test_a_sigkilled_rank_resumes_to_the_same_weights(setup: dict[str, Path], reference_run: Path) -> None:
+    """SIGKILL of one of two processes ends the job; the stage run again resumes from last.pt to the student
+    an uninterrupted run trains."""
+    workdir = setup["root"] / "ddp-killed"
+    args = cli_args(workdir, setup["data"], setup["store"], launched_params(setup, "ddp-killed", nproc=2))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xdistill.cli.main", *args],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    last = workdir / "checkpoints" / "last.pt"
+    deadline = time.monotonic() + 300
+    while not last.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ranks = training_ranks(proc.pid)
+    assert len(ranks) == 2, f"expected 2 training processes under the launcher, found {ranks}"
+    os.kill(ranks[-1], signal.SIGKILL)
+    assert proc.wait(timeout=120) != 0, "the job went on without one of its processes"
+    assert not (workdir / "student").exists(), "the run finished before it could be killed"
+
+    resumed = run_cli(args, cwd=REPO_ROOT, timeout=400)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert 0 < json.loads((workdir / "train.json").read_text())["resumed_from_step"] < 16
+    assert_same_student(workdir, reference_run, setup)
+
+
+def training_ranks(launcher_pid: int) -> list[int]:
+    """The pids of the training processes the launcher started (its python children running the train command)."""
+    children = subprocess.run(
+        ["ps", "-o", "pid=,args=", "--ppid", str(launcher_pid)], capture_output=True, text=True, check=False
+    ).stdout.splitlines()
+    return sorted(int(line.split()[0]) for line in children if "xdistill.cli.main" in line)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def test_low_dimensional_student_with_feature_distillation(setup: dict[str, Path], tmp_path: Path) -> None:

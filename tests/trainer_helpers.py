@@ -88,10 +88,14 @@ def tiny_train_params(**overrides: Any) -> dict[str, Any]:
 TINY_RUNTIME = {"threads": 1, "log_every": 2}
 
 
-def write_params(path: Path, train: dict[str, Any], student_spec: str) -> Path:
+def write_params(path: Path, train: dict[str, Any], student_spec: str, runtime: dict[str, Any] | None = None) -> Path:
     path.write_text(
         yaml.safe_dump(
-            {"models": {"teacher": TEACHER_SPEC, "student": student_spec}, "train": train, "runtime": TINY_RUNTIME}
+            {
+                "models": {"teacher": TEACHER_SPEC, "student": student_spec},
+                "train": train,
+                "runtime": {**TINY_RUNTIME, **(runtime or {})},
+            }
         ),
         encoding="utf-8",
     )

@@ -10,7 +10,7 @@ count, learning-rate schedule, prompt and torch thread count, in one process:
 - reference: ``SentenceTransformerTrainer`` + ``losses.MSELoss`` on a ``datasets.Dataset`` with
   ``english, non_english, label`` columns; throughput = pairs / ``train_runtime``.
 
-Both sides also run with bf16 autocast on the CPU (ours: ``train.autocast_bf16: always``; the reference:
+Both sides also run with bf16 autocast on the CPU (ours: ``train.precision: bf16``; the reference:
 ``bf16=True``), and our bf16 step is compared with our fp32 step: what the lever gains on this CPU
 (it pays off only with bf16 instructions, AVX512-BF16 or AMX; the row says whether this CPU has them).
 On a CPU without them those rows are skipped unless ``--bf16`` asks for them: emulated bf16 takes tens of
@@ -87,7 +87,7 @@ def run_ours(
     work: Path,
     loss: dict,
     name: str,
-    autocast_bf16: str = "cuda",
+    precision: str = "fp32",
 ) -> dict:
     from xdistill.training.settings import OutputPaths, RuntimeSettings
     from xdistill.training.trainer import train_student
@@ -105,7 +105,7 @@ def run_ours(
         "dev_max_pairs": 16,
         "student": student_opts,
         "loss": loss,
-        "autocast_bf16": autocast_bf16,
+        "precision": precision,
     }
     runtime = RuntimeSettings(threads=args.threads, log_every=max(1, args.steps // 4))
     start = time.perf_counter()
@@ -191,7 +191,7 @@ def bf16_rows(
     label = f"default loss (MSE + {ranking}), bf16 autocast on a CPU {native} bf16 instructions ({setting})"
     return [
         Row(
-            benchmark=f"train throughput, {label}: train.autocast_bf16 always vs cuda (fp32 on CPU)",
+            benchmark=f"train throughput, {label}: train.precision bf16 vs fp32",
             ours=f"{ours_bf16['pairs_per_second']:.1f} pairs/s",
             reference=f"{ours_fp32['pairs_per_second']:.1f} pairs/s (ours in fp32)",
             ratio=f"{gain:.2f}x",
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                 work,
                 loss,
                 "ours-default-bf16",
-                autocast_bf16="always",
+                precision="bf16",
             )
             reference_bf16 = run_reference(train, work / "teacher", student_spec, student_opts, args, work, bf16=True)
         frozen = (1 if args.tiny else args.frozen_layers) if args.frozen_layers else 0

@@ -1,9 +1,10 @@
 """``xdistill train``: the DVC ``train`` stage (see :func:`xdistill.training.trainer.train_student`).
 
 Reads params ``train``, ``models.student`` and ``models.teacher`` (to pick the teacher's vectors
-in the store), and ``runtime`` (threads, progress interval: how it runs, not what it produces, so
-it is no DVC parameter of the stage). Run it under ``torchrun --nproc-per-node N -m xdistill.cli.main train`` (or
-``torchrun ... $(which xdistill) train``) for DistributedDataParallel training.
+in the store), and ``runtime`` (threads, progress, processes: how it runs, not what it produces, so
+it is no DVC parameter of the stage). With ``runtime.nproc`` above 1 (or ``auto`` on a multi-GPU host) or
+``runtime.nnodes`` above 1 it starts the training processes itself (:mod:`xdistill.training.launch`) and
+they train with DistributedDataParallel; under ``torchrun`` it is one of them.
 """
 
 from __future__ import annotations
@@ -54,8 +55,12 @@ logger = logging.getLogger(__name__)
 @click.option("--metrics", default="metrics/train.json", show_default=True)
 @click.option("--history", default="reports/train_history.csv", show_default=True)
 @click.option("--plot", default="plots/train_curves.png", show_default=True)
-@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when present)")
+@click.option(
+    "--device", default=None, help="cpu, cuda or cuda:N, of params train.device's type (default: train.device)"
+)
+@click.pass_context
 def command(
+    ctx: click.Context,
     params: str,
     train_file: str,
     dev_file: str,
@@ -72,6 +77,7 @@ def command(
     device: str | None,
 ) -> int:
     """Distill the student from the teacher's stored embeddings."""
+    from xdistill.training.launch import launch, needs_launch
     from xdistill.training.settings import OutputPaths, RuntimeSettings, TrainParams
     from xdistill.training.trainer import train_student
 
@@ -81,6 +87,9 @@ def command(
     if not models.get("student"):
         raise XdistillError(f"{params}: models.student is not set (the multilingual model to distil into)")
     check_dev_inputs(dev_mining, dev_sts)
+    if needs_launch(runtime, train_params.device):
+        launch(["train", *command_line(ctx)], runtime, train_params.device)
+        return 0
     outputs = OutputPaths(
         model_dir=Path(output),
         checkpoint_dir=Path(checkpoints),
@@ -114,6 +123,16 @@ def command(
         result.output_dir,
     )
     return 0
+
+
+def command_line(ctx: click.Context) -> list[str]:
+    """This command's options as given (defaults spelled out), for the processes the launcher starts."""
+    args: list[str] = []
+    for parameter in ctx.command.params:
+        value = ctx.params.get(parameter.name or "")
+        if isinstance(parameter, click.Option) and value is not None:
+            args += [parameter.opts[0], str(value)]
+    return args
 
 
 def check_dev_inputs(dev_mining: str, dev_sts: str) -> None:

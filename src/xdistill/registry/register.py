@@ -154,7 +154,7 @@ def register_run(
     store_root = registry_root(root)
     tracking_uri = resolve_tracking_uri(config.tracking_uri, store_root)
     inputs = _collect_inputs(root, params_file)  # fail here, before anything is created
-    tags = _lineage_tags(root)
+    tags = {**_lineage_tags(root), **_training_tags(root)}
     facts = _student_facts(root)
 
     import mlflow
@@ -266,6 +266,28 @@ def _lineage_tags(root: Path) -> dict[str, str]:
     if os.environ.get("DVC_EXP_BASELINE_REV"):
         tags[DVC_BASELINE_TAG] = os.environ["DVC_EXP_BASELINE_REV"]
     return tags
+
+
+TRAIN_METRICS = METRICS_DIR / "train.json"
+# metrics/train.json's provenance -> the run's tags: where and how the student was trained
+PROVENANCE_TAGS = {
+    "device_type": "train.device",
+    "device_name": "train.device_name",
+    "processes": "train.processes",
+    "hosts": "train.hosts",
+    "precision": "train.precision",
+    "torch": "train.torch",
+    "cuda": "train.cuda",
+}
+
+
+def _training_tags(root: Path) -> dict[str, str]:
+    """The device, process count, precision and library versions the train stage recorded."""
+    try:
+        provenance = json.loads((root / TRAIN_METRICS).read_text(encoding="utf-8")).get("provenance") or {}
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return {tag: str(provenance[key]) for key, tag in PROVENANCE_TAGS.items() if key in provenance}
 
 
 def _ensure_experiment(client: Any, name: str, tracking_uri: str) -> str:

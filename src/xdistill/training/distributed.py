@@ -1,8 +1,10 @@
-"""Process-group set-up for DistributedDataParallel training under ``torchrun``.
+"""Process-group set-up and the collectives of DistributedDataParallel training.
 
-``torchrun`` exports ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous address; without
-them training runs as a single process and no process group is created. The backend is NCCL
-when the process trains on a GPU and gloo on CPU (the tests run 2 CPU processes on gloo).
+The elastic launcher (:mod:`xdistill.training.launch`, or ``torchrun``) exports ``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK`` and the rendezvous address; without them training runs as a single process and no
+process group is created. The backend is NCCL when the process trains on a GPU and gloo on CPU (the
+tests run 2 CPU processes on gloo). Every decision of the run (validation, early stop, checkpoint choice,
+the export) is taken by rank 0 and broadcast, so the ranks can never disagree and hang the job.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -21,6 +23,8 @@ from xdistill.errors import XdistillError
 # (interpolation measured on dev data at several points, the rotation, the teacher-space adapter), the
 # others wait in a barrier: NCCL's default of 10 minutes would end a run whose export takes longer.
 COLLECTIVE_TIMEOUT = timedelta(hours=2)
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -42,19 +46,22 @@ class DistContext:
         return self.rank == 0
 
     @classmethod
-    def from_env(cls, device: str | None = None) -> DistContext:
-        """Read the torchrun environment, pick the device, and join the process group if needed.
+    def from_env(cls, device: str = "cpu") -> DistContext:
+        """Read the launcher's environment, pick the device, and join the process group if needed.
 
-        ``device``: ``"cpu"``, ``"cuda"`` (this process's local GPU under torchrun) or an explicit
-        ``"cuda:N"``; None picks CUDA when available.
+        ``device``: ``"cpu"``, ``"cuda"`` (this process's local GPU: ``LOCAL_RANK`` of the visible ones) or
+        an explicit ``"cuda:N"``.
         """
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
         rank = int(os.environ.get("RANK", "0"))
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        wanted = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        wanted = device
         if wanted.startswith("cuda"):
             if not torch.cuda.is_available():
-                raise XdistillError(f"--device {wanted}: CUDA is not available on this machine")
+                raise XdistillError(
+                    f"train.device {wanted}: CUDA is not available on this machine "
+                    f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')!r})"
+                )
             resolved = torch.device(wanted if ":" in wanted else f"cuda:{local_rank}")
             torch.cuda.set_device(resolved)
         else:
@@ -81,6 +88,21 @@ class DistContext:
         dist.all_reduce(tensor)
         return {k: float(v) / self.world_size for k, v in zip(keys, tensor.cpu().tolist(), strict=True)}
 
+    def broadcast(self, obj: T) -> T:
+        """Rank 0's ``obj`` on every process (a decision taken once, e.g. the validation metrics)."""
+        if not self.distributed:
+            return obj
+        holder = [obj]
+        dist.broadcast_object_list(holder, src=0, device=self.device if self.device.type == "cuda" else None)
+        return holder[0]
+
+    def broadcast_module(self, module: torch.nn.Module) -> None:
+        """Copy rank 0's parameters and buffers into ``module`` on every process (after a step only rank 0 ran)."""
+        if not self.distributed:
+            return
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor.data, src=0)
+
     def gather_objects(self, obj: Any) -> list[Any]:
         """Every process's ``obj``, in rank order (on every process)."""
         if not self.distributed:
@@ -92,3 +114,25 @@ class DistContext:
     def close(self) -> None:
         if self.owns_group and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def gather_with_local_grad(local: torch.Tensor) -> torch.Tensor:
+    """Every process's rows of ``local`` stacked in rank order; the gradient flows back to this process's rows only.
+
+    The in-batch losses see the whole micro-batch this way. Each process then holds the same loss, and the
+    gradient of its own rows is the loss's gradient there; DDP averages the gradients over the processes, so
+    the caller multiplies the in-batch losses by the process count to keep the 1-process gradient
+    (:class:`~xdistill.training.losses.DistillationObjective` does). Cheaper than gathering with autograd
+    (no reduce-scatter in the backward pass), and exact as long as every slice has the same size.
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return local
+    parts = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, local.detach().contiguous())
+    parts[dist.get_rank()] = local
+    return torch.cat(parts)
+
+
+def process_count() -> int:
+    """How many processes train together (1 outside a process group)."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1

@@ -25,9 +25,10 @@ from xdistill.training.validation import is_better
 logger = logging.getLogger(__name__)
 
 
-def finish(run: TrainingRun, outcome: LoopOutcome) -> dict[str, Any] | None:
-    """Export the student chosen on dev data to ``outputs.model_dir`` with its reports; the interpolation
-    report (None when ``train.interpolation`` is off, and on every rank but 0)."""
+def finish(run: TrainingRun, outcome: LoopOutcome, provenance: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Export the student chosen on dev data to ``outputs.model_dir`` with its reports (``provenance``: where
+    and how the run ran); the interpolation report (None when ``train.interpolation`` is off, and on every
+    rank but 0)."""
     params, outputs, ctx, state = run.params, run.outputs, run.ctx, outcome.state
     interpolation: dict[str, Any] | None = None
     if ctx.is_main:
@@ -40,7 +41,15 @@ def finish(run: TrainingRun, outcome: LoopOutcome) -> dict[str, Any] | None:
         if outputs.start_dir is not None:
             _save_start(run, outputs.start_dir)
         write_reports(
-            state, params, outputs, outcome.resumed_from, interpolation, rotation, adapter, run.frozen_cache_report()
+            state,
+            params,
+            outputs,
+            outcome.resumed_from,
+            interpolation,
+            rotation,
+            adapter,
+            run.frozen_cache_report(),
+            provenance,
         )
     ctx.barrier()
     return interpolation

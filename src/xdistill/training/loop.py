@@ -2,9 +2,10 @@
 
 Resumes from ``last.pt`` when a run of the same fingerprint wrote it; otherwise fits the student's head
 to the teacher's space and saves the starting student (:data:`INITIAL`). Then AdamW with linear warm-up
-and decay, gradient accumulation over micro-batches, gradient clipping, bf16 autocast where
-``train.autocast_bf16`` asks for it, DDP under ``torchrun``; periodic validation with best-checkpoint
-selection, early stopping and a collapse guard, and atomic checkpoints for exact resume.
+and decay, gradient accumulation over micro-batches, gradient clipping, bf16 or fp16 autocast as
+``train.precision`` asks (fp16 with a gradient scaler), DDP over several processes; periodic validation
+with best-checkpoint selection, early stopping and a collapse guard, and atomic checkpoints for exact
+resume. Rank 0 validates and decides; the other processes follow its broadcast decisions.
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 from xdistill.errors import XdistillError
 from xdistill.training import checkpoint as ckpt
-from xdistill.training.batches import BatchStream
 from xdistill.training.distributed import DistContext
+from xdistill.training.loader import SliceInputs, StepLoader
 from xdistill.training.settings import TrainParams
 from xdistill.training.setup import TrainingRun
 from xdistill.training.student import load_trainable_state_dict, trainable_state_dict
-from xdistill.training.tokenized import autocast_context
+from xdistill.training.tokenized import autocast_context, gradient_scaler
 from xdistill.training.validation import check_collapse, is_better
 
 if TYPE_CHECKING:
@@ -45,8 +46,8 @@ class TrainingDivergedError(XdistillError):
     def __init__(self, step: int, grad_norm: float, loss: float) -> None:
         super().__init__(
             f"training diverged at step {step}: the gradient norm is {grad_norm} (loss {loss}). The weights "
-            "were not updated and the last checkpoint is intact; lower train.learning_rate or turn off "
-            "train.autocast_bf16"
+            "were not updated and the last checkpoint is intact; lower train.learning_rate or set "
+            "train.precision to fp32"
         )
         self.step, self.grad_norm, self.loss = step, grad_norm, loss
 
@@ -107,6 +108,7 @@ def optimise(run: TrainingRun) -> LoopOutcome:
     state = LoopState()
     resumed_from: int | None = None
     checkpoint = ckpt.load_checkpoint(outputs.checkpoint_dir, ckpt.LAST, run.fingerprint)
+    check_same_checkpoint(ctx, outputs.checkpoint_dir, checkpoint)
     if checkpoint is not None:
         resumed_from = _restore(checkpoint, run.student, run.objective, optimizer, scheduler, state, ctx)
         if ctx.is_main:  # a best written just before a kill: kept only if the restored state knows it
@@ -122,7 +124,7 @@ def optimise(run: TrainingRun) -> LoopOutcome:
             device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
             find_unused_parameters=True,
         )
-    stream = BatchStream(run.train.lengths, params.micro_batch, params.seed, position=state.position)
+    loader = _step_loader(run, state.position)
 
     if state.step == 0 and not state.history:
         metrics = run.measure()
@@ -131,8 +133,24 @@ def optimise(run: TrainingRun) -> LoopOutcome:
         check_collapse(metrics, params.collapse_threshold, 0)
         check_selection_metric(metrics, params.selection_metric)
 
-    _run_loop(run, wrapped, optimizer, scheduler, stream, state)
+    _run_loop(run, wrapped, optimizer, scheduler, loader, state)
     return LoopOutcome(state, resumed_from)
+
+
+def _step_loader(run: TrainingRun, position: int) -> StepLoader:
+    """This process's micro-batches from ``position`` on, prepared ahead by ``runtime.loader_workers``."""
+    ctx, params = run.ctx, run.params
+    inputs = SliceInputs(
+        run.train,
+        params.micro_batch,
+        params.seed,
+        ctx.rank,
+        ctx.world_size,
+        run.featurize.pad_id,
+        run.featurize.with_token_types,
+    )
+    workers = 0 if run.frozen_states is not None else run.runtime.loader_workers  # cached states: no padding
+    return StepLoader(inputs, position, ctx.device, workers, run.runtime.pin_memory)
 
 
 def _start(run: TrainingRun) -> None:
@@ -141,7 +159,7 @@ def _start(run: TrainingRun) -> None:
     if ctx.is_main:
         ckpt.clear_checkpoints(outputs.checkpoint_dir)
     ctx.barrier()
-    if run.head_fit is not None:
+    if run.head_fit is not None and ctx.is_main:  # fitted once, then broadcast: every process starts alike
         from xdistill.training.alignment import align_head_to_teacher
 
         mse = align_head_to_teacher(
@@ -159,6 +177,7 @@ def _start(run: TrainingRun) -> None:
             min(params.align_pairs, len(run.train)),
             mse,
         )
+    ctx.broadcast_module(run.module)
     if ctx.is_main:
         ckpt.save_checkpoint(
             outputs.checkpoint_dir,
@@ -169,22 +188,20 @@ def _start(run: TrainingRun) -> None:
     ckpt.seed_everything(params.seed + 1000 * ctx.rank)
 
 
-def _run_loop(
-    run: TrainingRun, wrapped: nn.Module, optimizer, scheduler, stream: BatchStream, state: LoopState
-) -> None:
-    params, outputs, ctx, train = run.params, run.outputs, run.ctx, run.train
+def _run_loop(run: TrainingRun, wrapped: nn.Module, optimizer, scheduler, loader: StepLoader, state: LoopState) -> None:
+    params, outputs, ctx = run.params, run.outputs, run.ctx
     log_every = run.runtime.log_every
     trainable = [p for p in run.module.parameters() if p.requires_grad]
+    scaler = gradient_scaler(ctx.device, params.precision)
     wrapped.train()
     window_start, window_pairs, window_steps = time.perf_counter(), 0, 0  # a resumed run's first window is short
     window_parts: dict[str, float] = {}
     while state.step < params.steps and not state.stopped_early:
         step_start = time.perf_counter()
         for micro in range(params.grad_accumulation):
-            batch = stream.next()
-            local = batch[ctx.rank :: ctx.world_size]
-            features = run.step_features(local)
-            teacher = train.teacher[torch.as_tensor(local)].to(ctx.device, non_blocking=True)
+            local, features, teacher = loader.next()
+            if run.frozen_states is not None:
+                features = run.step_features(local)
             last_micro = micro == params.grad_accumulation - 1
             sync: contextlib.AbstractContextManager[Any]
             if last_micro or not ctx.distributed:
@@ -192,20 +209,22 @@ def _run_loop(
             else:
                 assert isinstance(wrapped, DistributedDataParallel)  # optimise wraps the module when distributed
                 sync = wrapped.no_sync()
-            with sync, autocast_context(ctx.device, params.autocast_bf16):
+            with sync, autocast_context(ctx.device, params.precision):
                 total, parts = wrapped(features, teacher)
-                (total / params.grad_accumulation).backward()
+                scaler.scale(total / params.grad_accumulation).backward()
             for name, value in {"loss": total, **parts}.items():
                 window_parts[name] = window_parts.get(name, 0.0) + float(value.detach()) / params.grad_accumulation
+        scaler.unscale_(optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(trainable, params.max_grad_norm)
-        if not torch.isfinite(grad_norm):
+        if not torch.isfinite(grad_norm) and not scaler.is_enabled():
             # stepping would write NaN into every weight, and the dev metrics (all NaN) would never say so
             raise TrainingDivergedError(state.step + 1, float(grad_norm), float(total.detach()))
-        optimizer.step()
+        scaler.step(optimizer)  # fp16: skips a step whose gradients overflowed, and lowers the scale
+        scaler.update()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         state.step += 1
-        state.position = stream.position
+        state.position = loader.position
         state.pairs_seen += params.batch_size
         state.train_seconds += time.perf_counter() - step_start
         window_pairs += params.batch_size
@@ -266,6 +285,20 @@ def _run_loop(
             )
             if ctx.is_main:  # the loop knows which step it wrote: no need to load the file back
                 ckpt.settle_best(outputs.checkpoint_dir, state.best_step, pending_step)
+
+
+def check_same_checkpoint(ctx: DistContext, directory: Path, checkpoint: dict[str, Any] | None) -> None:
+    """Refuse to go on when the processes found different checkpoints to resume from: the checkpoint folder
+    must be one folder every host of the job sees (shared storage), or their weights would part."""
+    steps = ctx.gather_objects(None if checkpoint is None else checkpoint["loop"]["step"])
+    if len(set(steps)) > 1:
+        found = ", ".join(
+            f"rank {rank}: {'none' if step is None else f'step {step}'}" for rank, step in enumerate(steps)
+        )
+        raise XdistillError(
+            f"{directory}: the training processes found different checkpoints to resume from ({found}); "
+            "the checkpoint folder must be storage that every host of the job shares"
+        )
 
 
 def check_selection_metric(metrics: dict[str, float], metric: str) -> None:

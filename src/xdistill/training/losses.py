@@ -29,9 +29,10 @@ from torch import Tensor, nn
 
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
+from xdistill.training.distributed import gather_with_local_grad, process_count
 
 LOSS_NAMES = ("mse", "feature_distillation", "logit_distillation", "additive_margin_softmax", "similarity_ranking")
-# the losses that compare each pair with the other pairs of its (per-process) micro-batch
+# the losses that compare each pair with the other pairs of its micro-batch (gathered from every process)
 IN_BATCH_LOSSES = ("logit_distillation", "additive_margin_softmax", "similarity_ranking")
 
 
@@ -268,6 +269,22 @@ class DistillationObjective(nn.Module):
     def _losses(
         self, student_src: Tensor, student_tgt: Tensor, teacher_src: Tensor
     ) -> tuple[Tensor, dict[str, Tensor]]:
+        parts = self._pair_losses(student_src, student_tgt, teacher_src)
+        in_batch: dict[str, Tensor] = {}
+        if self.config.in_batch:
+            gathered = (gather_with_local_grad(t) for t in (student_src, student_tgt, teacher_src))
+            in_batch = self._in_batch_losses(*gathered)
+        total = sum(getattr(self.config, name) * value for name, value in parts.items())
+        if in_batch:
+            # Every process holds the same in-batch loss but gets its gradient on its own rows only; DDP then
+            # averages over the processes, so the gradient is scaled by their count (the value stays the loss).
+            count = process_count()
+            in_batch_total = sum(getattr(self.config, name) * value for name, value in in_batch.items())
+            total = total + in_batch_total * count - in_batch_total.detach() * (count - 1)
+        return total, {name: value.detach() for name, value in {**parts, **in_batch}.items()}
+
+    def _pair_losses(self, student_src: Tensor, student_tgt: Tensor, teacher_src: Tensor) -> dict[str, Tensor]:
+        """The losses of each pair on its own (a mean over this process's slice; DDP averages the slices)."""
         parts: dict[str, Tensor] = {}
         if self.config.mse > 0:
             parts["mse"] = mse_distillation_loss(student_src, student_tgt, teacher_src)
@@ -275,6 +292,11 @@ class DistillationObjective(nn.Module):
             parts["feature_distillation"] = feature_distillation_loss(
                 self.projection, student_src, student_tgt, teacher_src
             )
+        return parts
+
+    def _in_batch_losses(self, student_src: Tensor, student_tgt: Tensor, teacher_src: Tensor) -> dict[str, Tensor]:
+        """The losses that compare each pair with the other pairs of the whole micro-batch."""
+        parts: dict[str, Tensor] = {}
         if self.config.logit_distillation > 0:
             parts["logit_distillation"] = logit_distillation_loss(
                 student_src, student_tgt, teacher_src, self.config.temperature
@@ -287,5 +309,4 @@ class DistillationObjective(nn.Module):
             parts["similarity_ranking"] = similarity_ranking_loss(
                 student_src, student_tgt, teacher_src, self.config.ranking_scale
             )
-        total = sum(getattr(self.config, name) * value for name, value in parts.items())
-        return total, {name: value.detach() for name, value in parts.items()}
+        return parts

@@ -18,6 +18,7 @@ def write_reports(
     rotation: dict[str, Any] | None = None,
     teacher_adapter: dict[str, Any] | None = None,
     frozen_cache: dict[str, Any] | None = None,
+    provenance: dict[str, Any] | None = None,
 ) -> None:
     """``outputs.metrics`` (summary JSON), ``outputs.history_csv`` and ``outputs.plot`` of a finished run."""
     chosen = interpolation["selected"] if interpolation else state.best_metrics or state.last_metrics
@@ -41,6 +42,8 @@ def write_reports(
         "teacher_adapter": teacher_adapter,
         # train.student.cache_frozen: the frozen layers' states the steps ran from (size, the pass's seconds)
         "frozen_cache": frozen_cache,
+        # the device, processes, precision and library versions (xdistill.training.provenance)
+        "provenance": provenance,
     }
     if outputs.metrics is not None:
         write_json_atomic(outputs.metrics, summary)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
@@ -37,7 +37,8 @@ class TrainParams:
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0
     max_seq_length: int = 64
-    autocast_bf16: str = "cuda"  # bf16 autocast of the training steps: cuda, auto, always, never (batches.py)
+    device: str = "cpu"  # the kind of device that trains: cpu or cuda (which GPUs, and how many: runtime)
+    precision: str = "fp32"  # autocast of the training steps: fp32, bf16 or fp16 (cuda, with a gradient scaler)
     eval_every: int = 50
     checkpoint_every: int = 50
     early_stopping_patience: int | None = 3
@@ -68,7 +69,24 @@ class TrainParams:
                 f"params train: {', '.join(moved)} moved to the runtime section (how a run executes, "
                 "not what it produces, so no stage depends on it)"
             )
+        if section and "autocast_bf16" in section:
+            raise XdistillError(
+                "params train.autocast_bf16 is now train.precision (fp32, bf16 or fp16) with train.device "
+                "(cpu or cuda): the old value cuda is precision bf16 with device cuda, always is bf16, never is fp32"
+            )
         return parse_section(cls, section, "train")
+
+    def _check_placement(self) -> None:
+        from xdistill.training.tokenized import DEVICE_TYPES, PRECISIONS
+
+        if self.device not in DEVICE_TYPES:
+            raise XdistillError(f"params train.device must be one of {', '.join(DEVICE_TYPES)}, got {self.device!r}")
+        if self.precision not in PRECISIONS:
+            raise XdistillError(
+                f"params train.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
+            )
+        if self.precision == "fp16" and self.device != "cuda":
+            raise XdistillError("params train.precision fp16 needs train.device cuda (use bf16 or fp32 on a CPU)")
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or self.grad_accumulation < 1:
@@ -83,12 +101,7 @@ class TrainParams:
             raise XdistillError(f"params train.selection_metric must be one of {sorted(SELECTION_METRICS)}")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise XdistillError("params train.warmup_ratio must be in [0, 1)")
-        from xdistill.training.tokenized import AUTOCAST_MODES
-
-        if self.autocast_bf16 not in AUTOCAST_MODES:
-            raise XdistillError(
-                f"params train.autocast_bf16 must be one of {', '.join(AUTOCAST_MODES)}, got {self.autocast_bf16!r}"
-            )
+        self._check_placement()
         for key in ("max_seq_length", "eval_batch_size", "train_max_pairs", "dev_max_pairs"):
             value = getattr(self, key)
             if value is not None and value < 1:  # caught here, not after the data and the model are loaded
@@ -140,32 +153,44 @@ class TrainParams:
 
     def check_world_size(self, world_size: int) -> None:
         """Refuse a micro-batch ``world_size`` processes cannot share: one that does not split evenly, or in-batch
-        losses over slices of one pair. Each process computes its losses on its own slice of each micro-batch
-        (``batch_size / grad_accumulation / processes`` pairs): with one pair there is no other pair to rank
-        against, and the ranking and logit losses are exactly 0 (a silent no-op)."""
+        losses over a micro-batch of one pair. Each process embeds its own slice of each micro-batch and the
+        in-batch losses see the whole micro-batch (gathered from every process): with one pair there is no
+        other pair to rank against, and the ranking and logit losses are exactly 0 (a silent no-op)."""
         if self.micro_batch % world_size:
             raise XdistillError(
                 f"params train: a micro-batch of {self.micro_batch} pairs does not split evenly over "
                 f"{world_size} processes"
             )
         in_batch = LossConfig.from_mapping(self.loss).in_batch
-        slice_pairs = self.micro_batch // world_size
-        if in_batch and slice_pairs < 2:
+        if in_batch and self.micro_batch < 2:
             raise XdistillError(
-                f"params train: {', '.join(in_batch)} compare each pair with the other pairs of its slice, but a "
-                f"slice holds {slice_pairs} pair (batch_size {self.batch_size} / grad_accumulation "
-                f"{self.grad_accumulation} / {world_size} processes): raise batch_size or lower grad_accumulation"
+                f"params train: {', '.join(in_batch)} compare each pair with the other pairs of its micro-batch, "
+                f"but a micro-batch holds {self.micro_batch} pair (batch_size {self.batch_size} / grad_accumulation "
+                f"{self.grad_accumulation}): raise batch_size or lower grad_accumulation"
             )
 
 
 @dataclass(frozen=True)
 class RuntimeSettings:
-    """How a run executes without changing its result (params.yaml ``runtime``, not a DVC param)."""
+    """How a run executes without changing its result (params.yaml ``runtime``, not a DVC param).
+
+    ``nproc`` training processes per host (``auto``: one per visible GPU when ``train.device`` is cuda, one
+    on a CPU) on ``nnodes`` hosts that meet at the c10d rendezvous ``rdzv_endpoint`` (``host:port``; empty on
+    one host); :mod:`xdistill.training.launch` starts them. ``loader_workers`` processes prepare the next
+    micro-batches (0: the training process does), into pinned memory with ``pin_memory`` (GPU runs).
+    """
 
     __pydantic_config__ = SECTION_CONFIG
 
     threads: int | None = None  # torch CPU threads (None: torch's default)
     log_every: int = 10  # progress line every N steps
+    nproc: int | Literal["auto"] = 1  # training processes per host: a number, or "auto"
+    nnodes: int = 1  # hosts in the job
+    rdzv_endpoint: str = ""  # host:port of the c10d rendezvous ("" = this host alone)
+    rdzv_id: str = "xdistill"  # the job's name at the rendezvous (a new job per run when several share one)
+    max_restarts: int = 0  # times the launcher restarts a job whose process failed (it resumes from last.pt)
+    loader_workers: int = 0
+    pin_memory: bool = False
 
     @classmethod
     def from_params(cls, section: dict[str, Any] | None) -> RuntimeSettings:
@@ -174,6 +199,20 @@ class RuntimeSettings:
     def __post_init__(self) -> None:
         if self.log_every < 1 or (self.threads is not None and self.threads < 1):
             raise XdistillError(f"params runtime: log_every and threads must be >= 1, got {self}")
+        if not (self.nproc == "auto" or (isinstance(self.nproc, int) and self.nproc >= 1)):
+            raise XdistillError(f"params runtime.nproc must be auto or a number >= 1, got {self.nproc!r}")
+        if self.nnodes < 1 or min(self.loader_workers, self.max_restarts) < 0:
+            raise XdistillError(
+                "params runtime: nnodes must be >= 1, loader_workers and max_restarts >= 0, got "
+                f"{self.nnodes}, {self.loader_workers}, {self.max_restarts}"
+            )
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise XdistillError(
+                f"params runtime.nnodes is {self.nnodes}: the hosts meet at runtime.rdzv_endpoint (host:port of "
+                "the first host), which is not set"
+            )
+        if self.rdzv_endpoint and ":" not in self.rdzv_endpoint:
+            raise XdistillError(f"params runtime.rdzv_endpoint must be host:port, got {self.rdzv_endpoint!r}")
 
 
 @dataclass

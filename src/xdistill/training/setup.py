@@ -29,7 +29,6 @@ from xdistill.training.tokenized import (
     TokenizedPairs,
     cpu_has_native_bf16,
     tokenize_pairs,
-    uses_bf16_autocast,
 )
 from xdistill.training.validation import (
     DevScoreWeights,
@@ -127,15 +126,19 @@ class TrainingRun:
         return self.featurize([self.train.src[i] for i in pairs] + [self.train.tgt[i] for i in pairs])
 
     def measure(self) -> dict[str, float]:
-        return validate(
-            self.student,
-            self.objective,
-            self.featurize,
-            self.validation,
-            self.params.eval_batch_size,
-            self.weights,
-            self.params.dev_mining_threshold,
-        )
+        """The dev metrics of the student as it is now: measured by rank 0, the same on every process."""
+        metrics: dict[str, float] | None = None
+        if self.ctx.is_main:
+            metrics = validate(
+                self.student,
+                self.objective,
+                self.featurize,
+                self.validation,
+                self.params.eval_batch_size,
+                self.weights,
+                self.params.dev_mining_threshold,
+            )
+        return self.ctx.broadcast(metrics) or {}
 
     def frozen_cache_report(self) -> dict[str, float] | None:
         """train.student.cache_frozen: the states' size and the pass's time (None when off)."""
@@ -151,6 +154,10 @@ def prepare(
 
     if runtime.threads:
         torch.set_num_threads(runtime.threads)
+    if ctx.device.type == "cuda" and params.precision != "fp32":
+        # the steps are mixed precision anyway: TF32 for what autocast leaves in fp32; an fp32 run stays exact
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     params.check_world_size(ctx.world_size)
     dev_mining = inputs.dev_mining
     _log_cpu_autocast(params, ctx)
@@ -189,7 +196,7 @@ def prepare(
         prompt,
         params.max_seq_length,
     )
-    train = tokenize_pairs(train_pairs, student, prompt, params.max_seq_length, store)
+    train = tokenize_pairs(train_pairs, student, prompt, params.max_seq_length, store, lazy_teacher=True)
     validation = _validation_data(inputs, params, student, prompt, dev_pairs, sts_languages, store)
     featurize = Featurizer(student, ctx.device)
     frozen_states, cached_layers = None, 0
@@ -218,21 +225,12 @@ def prepare(
 
 
 def _log_cpu_autocast(params: TrainParams, ctx: DistContext) -> None:
-    """Say whether the CPU steps run in bf16 (``train.autocast_bf16: auto``), or warn that they are emulated."""
-    if ctx.device.type == "cpu" and params.autocast_bf16 in ("auto", "always"):
-        native = cpu_has_native_bf16()
-        if params.autocast_bf16 == "auto":
-            logger.info(
-                "train.autocast_bf16 auto: %s",
-                "bf16 steps (this CPU has bf16 instructions)"
-                if native
-                else "fp32 steps (this CPU has no bf16 instructions)",
-            )
-        elif not native:
-            logger.warning(
-                "train.autocast_bf16 is always, but this CPU has no bf16 instructions: its bf16 steps "
-                "are emulated, slower than fp32 ones"
-            )
+    """Warn that bf16 steps on a CPU without bf16 instructions are emulated (slower than fp32 ones)."""
+    if ctx.device.type == "cpu" and params.precision == "bf16" and not cpu_has_native_bf16():
+        logger.warning(
+            "train.precision is bf16, but this CPU has no bf16 instructions: its bf16 steps are emulated, "
+            "slower than fp32 ones"
+        )
 
 
 def fingerprint_of_run(
@@ -261,10 +259,9 @@ def fingerprint_of_run(
             "dev": ckpt.file_digest(inputs.dev_file),
             "dev_sts": [sts_dev_digests(inputs.dev_sts_dir, sts_languages), sts_languages],
             "dev_mining": ckpt.file_digest(dev_mining) if dev_mining else None,
+            # the device type and precision are params (in loop_settings); the process count is placement, but
+            # the RNG streams of dropout are per process, so a last.pt resumes with the same count only
             "world_size": ctx.world_size,
-            # the same settings train other weights on a GPU or in bf16: such a last.pt is no result of this run
-            "device": ctx.device.type,
-            "bf16_steps": uses_bf16_autocast(ctx.device, params.autocast_bf16),
             # a trimmed vocabulary follows its corpus (the evaluation sets too): rows of another one mean other pieces
             "vocabulary": vocabulary_digest(student) if student_config.vocabulary else None,
         }

@@ -23,8 +23,35 @@ from xdistill.training.batches import ParallelPairs, pad_batch, tokenize_texts
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
+    from xdistill.teacher.store import TeacherStore
+
 logger = logging.getLogger(__name__)
 PROGRESS_MIN_TEXTS = 20_000  # encodes of at least this many texts log their progress
+
+
+class TeacherRows:
+    """The teacher vectors of some pairs' sources, read from the memory-mapped store only when indexed.
+
+    A training process touches only the rows of its own slices of the batches, so several processes on
+    one host share the store's pages instead of each holding a copy of every vector.
+    """
+
+    def __init__(self, store: TeacherStore, rows: np.ndarray) -> None:
+        self.store, self.rows = store, rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.rows), self.store.dimension)
+
+    def __getitem__(self, index: torch.Tensor | np.ndarray | slice) -> torch.Tensor:
+        picked = self.rows[index.numpy() if isinstance(index, torch.Tensor) else index]
+        return torch.from_numpy(self.store.gather(np.atleast_1d(picked)))
+
+    def numpy(self) -> np.ndarray:
+        return self.store.gather(self.rows)
 
 
 @dataclass
@@ -33,7 +60,7 @@ class TokenizedPairs:
 
     src: list[list[int]]
     tgt: list[list[int]]
-    teacher: torch.Tensor  # float32 [n, teacher_dim]
+    teacher: torch.Tensor | TeacherRows  # float32 [n, teacher_dim]
     langs: list[str] | None = None
 
     def __len__(self) -> int:
@@ -45,11 +72,22 @@ class TokenizedPairs:
 
 
 def tokenize_pairs(
-    pairs: ParallelPairs, student: SentenceTransformer, prompt: str, max_length: int, store
+    pairs: ParallelPairs,
+    student: SentenceTransformer,
+    prompt: str,
+    max_length: int,
+    store: TeacherStore,
+    *,
+    lazy_teacher: bool = False,
 ) -> TokenizedPairs:
-    """Tokenise both sides (``prompt + text``, truncated to ``max_length``) and look the teacher vectors up."""
+    """Tokenise both sides (``prompt + text``, truncated to ``max_length``) and look the teacher vectors up
+    (``lazy_teacher``: their store rows, read when a batch needs them)."""
     tokenizer = student.tokenizer
-    teacher = torch.from_numpy(np.asarray(store.lookup(pairs.sources), dtype=np.float32))
+    teacher: torch.Tensor | TeacherRows
+    if lazy_teacher:
+        teacher = TeacherRows(store, store.row_ids(pairs.sources))
+    else:
+        teacher = torch.from_numpy(np.asarray(store.lookup(pairs.sources), dtype=np.float32))
     return TokenizedPairs(
         tokenize_texts(tokenizer, pairs.sources, max_length, prompt),
         tokenize_texts(tokenizer, pairs.translations, max_length, prompt),
@@ -72,26 +110,24 @@ class Featurizer:
         return {k: v.to(self.device, non_blocking=True) for k, v in features.items()}
 
 
-# When bf16 autocast applies (the ``train.autocast_bf16`` param): on a GPU only, on a GPU and on a CPU with bf16
-# instructions, on any device, or never.
-AUTOCAST_MODES = ("cuda", "auto", "always", "never")
+DEVICE_TYPES = ("cpu", "cuda")  # ``train.device``
+PRECISIONS = ("fp32", "bf16", "fp16")  # ``train.precision``
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def autocast_context(device: torch.device, mode: str):
-    """bf16 autocast of the training steps on ``device`` when ``mode`` (``train.autocast_bf16``) asks for it.
+def autocast_context(device: torch.device, precision: str):
+    """Autocast of the training steps on ``device`` in ``precision`` (``train.precision``; fp32: none).
 
-    ``cuda`` keeps CPU work in fp32: without native bf16 instructions a CPU emulates it, slower than fp32;
-    ``auto`` uses it on a CPU that has them. Weights, gradients and the losses stay fp32 either way
-    (autocast lowers the matrix products only), and so does every embedding outside the steps."""
-    if not uses_bf16_autocast(device, mode):
+    Weights, gradients and the losses stay fp32 (autocast lowers the matrix products only), and so does
+    every embedding outside the steps. fp16 steps need a gradient scaler (:func:`gradient_scaler`)."""
+    if precision not in AUTOCAST_DTYPES:
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16)
+    return torch.autocast(device.type, dtype=AUTOCAST_DTYPES[precision])
 
 
-def uses_bf16_autocast(device: torch.device, mode: str) -> bool:
-    """Whether the training steps on ``device`` run under bf16 autocast with ``train.autocast_bf16: mode``."""
-    on_cpu = device.type != "cuda"
-    return not (mode == "never" or (on_cpu and (mode == "cuda" or (mode == "auto" and not cpu_has_native_bf16()))))
+def gradient_scaler(device: torch.device, precision: str) -> torch.amp.GradScaler:
+    """The loss scaler fp16 steps need (fp16 gradients underflow without it); a pass-through otherwise."""
+    return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
 
 
 @functools.cache

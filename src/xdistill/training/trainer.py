@@ -8,7 +8,7 @@ from the precomputed :class:`~xdistill.teacher.store.TeacherStore`.
 The run: set-up (:mod:`~xdistill.training.setup`: data, teacher vectors, the student, tokenised once), the
 loop (:mod:`~xdistill.training.loop`: the student's head is fitted to the teacher's space
 (:mod:`~xdistill.training.alignment`), then AdamW with linear warm-up and decay, gradient clipping, bf16
-autocast on GPU (and on CPU with ``train.autocast_bf16: auto`` or ``always``), periodic validation on
+or fp16 autocast as ``train.precision`` asks, periodic validation on
 development data (:mod:`~xdistill.training.validation`) with best-checkpoint selection, early stopping and a
 collapse guard, atomic checkpoints for exact resume, progress logging), then the export
 (:mod:`~xdistill.training.finish`: the weight-space interpolation between the starting and the best student
@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xdistill.errors import XdistillError
 from xdistill.models.vocabulary import DEFAULT_RAW_DIR
 from xdistill.training.distributed import DistContext
 from xdistill.training.finish import finish
 from xdistill.training.loop import LoopOutcome, optimise
+from xdistill.training.provenance import describe_run, peak_memory_mb
 from xdistill.training.settings import OutputPaths, RuntimeSettings, TrainParams
 from xdistill.training.setup import TrainingRun, TrainInputs, prepare
 
@@ -89,14 +91,28 @@ def train_student(
         dev_mining_file=dev_mining_file,
         raw_dir=raw_dir,
     )
-    ctx = DistContext.from_env(device)
+    ctx = DistContext.from_env(placement(params.device, device))
     try:
         run = prepare(inputs, params, outputs, runtime, ctx)
         outcome = optimise(run)
-        interpolation = finish(run, outcome)
+        provenance = describe_run(ctx, params.precision, ctx.gather_objects(peak_memory_mb(ctx.device)))
+        interpolation = finish(run, outcome, provenance)
         return _result(run, outcome, interpolation)
     finally:
         ctx.close()
+
+
+def placement(device_type: str, device: str | None) -> str:
+    """The device this process trains on: ``device`` (e.g. ``cuda:1``) when given, else ``train.device``; a
+    device of another type than ``train.device`` is refused (its numbers would be another run's)."""
+    if device is None:
+        return device_type
+    if device.split(":")[0] != device_type:
+        raise XdistillError(
+            f"--device {device} is not a {device_type} device (params train.device); set train.device to "
+            f"{device.split(':')[0]} instead: the device type changes the numbers, so it is a param"
+        )
+    return device
 
 
 def _result(run: TrainingRun, outcome: LoopOutcome, interpolation: dict[str, Any] | None) -> TrainResult:

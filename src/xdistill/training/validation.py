@@ -222,7 +222,7 @@ def validate(
     block_rows = [(texts.add(b.src), texts.add(b.tgt)) for b in data.mining_blocks]
     embeddings = encode_token_ids(student, featurize, texts.ids, batch_size)
     src, tgt = embeddings[torch.as_tensor(src_rows)], embeddings[torch.as_tensor(tgt_rows)]
-    teacher = data.pairs.teacher
+    teacher = torch.as_tensor(data.pairs.teacher.numpy())  # dev pairs: every vector, whether held or mapped
 
     metrics: dict[str, float] = {}
     src_t, tgt_t = (
