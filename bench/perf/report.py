@@ -25,7 +25,17 @@ and this report.
 
 
 # The pipeline's order: data, teacher, training, mining, inference, exports, the whole pipeline.
-SECTION_ORDER = ["parallel", "teacher_embed", "train", "mining", "inference", "export", "vocabulary", "e2e"]
+SECTION_ORDER = [
+    "parallel",
+    "teacher_embed",
+    "train",
+    "mining",
+    "inference",
+    "export",
+    "vocabulary",
+    "e2e",
+    "gpu_check",
+]
 
 # What a reader needs to read a section's numbers right (facts about the tools, not results).
 SECTION_NOTES = {
@@ -60,6 +70,7 @@ SECTION_SOURCES = {
     "export": ["src/xdistill/export", "src/xdistill/models"],
     "vocabulary": ["src/xdistill/models/vocabulary.py"],
     "e2e": ["src/xdistill", "dvc.yaml", "params.yaml"],
+    "gpu_check": ["src/xdistill/training", "src/xdistill/teacher"],
 }
 
 
@@ -118,6 +129,10 @@ def render(results_dir: Path = RESULTS_DIR) -> str:
         parts.append(freshness_line(path.stem, path))
         if data["name"] in SECTION_NOTES:
             parts.append(SECTION_NOTES[data["name"]] + "\n\n")
+    if "gpu_check" not in found:  # measured on a GPU machine only: what it measures, until it has run there
+        from bench.perf.gpu_check import PENDING_SECTION
+
+        parts.append(PENDING_SECTION)
     return "".join(parts)
 
 
