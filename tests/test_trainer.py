@@ -434,6 +434,39 @@ def launched_params(setup: dict[str, Path], name: str, **runtime: object) -> Pat
     return write_params(setup["root"] / f"{name}.yaml", REFERENCE, str(setup["student"]), runtime=runtime)
 
 
+def test_loader_workers_prepare_the_same_batches(setup: dict[str, Path], reference_run: Path) -> None:
+    """runtime.loader_workers 2: the micro-batches are prepared by worker processes ahead of the steps; the
+    student is the one the training process preparing them itself trains, bit for bit."""
+    workdir = setup["root"] / "loader-workers"
+    params = launched_params(setup, "loader-workers", loader_workers=2, pin_memory=True)
+    proc = run_cli(cli_args(workdir, setup["data"], setup["store"], params), cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reference, weights = load_weights(reference_run / "student"), load_weights(workdir / "student")
+    assert all(torch.equal(tensor, weights[name]) for name, tensor in reference.items())
+
+
+def test_lazy_token_ids_are_the_eager_ones(setup: dict[str, Path]) -> None:
+    """A multi-process run tokenises each text when a batch needs it: the same ids and lengths as up front."""
+    from xdistill.teacher.store import TeacherStore
+    from xdistill.training.batches import tokenize_texts
+    from xdistill.training.tokenized import tokenize_pairs, tokenize_pairs_lazily
+
+    student = SentenceTransformer(str(setup["student"]), device="cpu")
+    pairs = read_parallel_pairs(setup["data"] / "train.tsv.gz")
+    store = TeacherStore.open(setup["store"])
+    eager = tokenize_pairs(pairs, student, "", 16, store)
+
+    def gather(part: list[int]) -> list[list[int]]:  # all_gather_object on rank 0 of 2; rank 1's share measured here
+        src = tokenize_texts(student.tokenizer, pairs.sources[1::2], 16)
+        tgt = tokenize_texts(student.tokenizer, pairs.translations[1::2], 16)
+        return [part, [max(len(a), len(b)) for a, b in zip(src, tgt, strict=True)]]
+
+    lazy = tokenize_pairs_lazily(pairs, student, "", 16, store, 0, 2, gather)
+    assert np.array_equal(lazy.lengths, eager.lengths)
+    assert [lazy.src[i] for i in range(len(pairs))] == eager.src and list(lazy.tgt) == eager.tgt
+    torch.testing.assert_close(lazy.teacher[np.arange(5)], eager.teacher[:5])
+
+
 def test_the_train_stage_starts_two_gloo_processes_matching_one(setup: dict[str, Path], reference_run: Path) -> None:
     """runtime.nproc 2: the plain stage command starts both processes itself (no torchrun in dvc.yaml)."""
     workdir = setup["root"] / "ddp"

@@ -45,6 +45,7 @@ def fit_start_adapter(
     out_dir: str | Path,
     *,
     teacher_spec: str | None = None,
+    teacher_precision: str = "fp32",
     device: str | None = None,
     threads: int | None = None,
 ) -> dict[str, Any] | None:
@@ -54,8 +55,9 @@ def fit_start_adapter(
     records the start's content digest, so the adapter cannot be loaded with another student.
 
     ``train_file``/``dev_file`` are the parallel stage's pairs, ``teacher_dir`` the teacher store whose
-    vectors of ``teacher_spec`` are the targets; ``threads`` caps torch's CPU threads (``runtime.threads``,
-    as the trainer does). Raises :class:`XdistillError` when the start is missing.
+    vectors of ``teacher_spec`` (encoded in ``teacher_precision``, teacher_embed.precision) are the targets;
+    ``threads`` caps torch's CPU threads (``runtime.threads``, as the trainer does). Raises
+    :class:`XdistillError` when the start is missing.
     """
     from xdistill.models import default_prompt, load_sentence_transformer
     from xdistill.models.fingerprint import folder_digest
@@ -71,9 +73,9 @@ def fit_start_adapter(
             return None
         if not (start_dir / "modules.json").is_file():
             raise XdistillError(f"{start_dir}: not a student folder (no modules.json; run the `train` stage first)")
-        target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        target = torch.device(device or params.device)  # train.device: the fit runs where the training ran
         student = load_sentence_transformer(str(start_dir), device=str(target))
-        store = TeacherStore.open(teacher_dir, teacher_spec=teacher_spec)
+        store = TeacherStore.open(teacher_dir, teacher_spec=teacher_spec, precision=teacher_precision)
         prompt = default_prompt(student)
         train = tokenize_pairs(
             read_parallel_pairs(train_file).spread(params.train_max_pairs),

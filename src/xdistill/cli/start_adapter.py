@@ -32,7 +32,7 @@ from xdistill.io import PARAMS_FILE, load_params
     show_default=True,
     help="folder to write (its teacher_space/ holds the adapter)",
 )
-@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when present)")
+@click.option("--device", default=None, help="cpu, cuda or cuda:N (default: params train.device)")
 def command(
     params: str, start_dir: str, train_file: str, dev_file: str, teacher_dir: str, output: str, device: str | None
 ) -> int:
@@ -51,6 +51,7 @@ def command(
         train_params,
         output,
         teacher_spec=models.get("teacher"),
+        teacher_precision=(load_params(None, params).get("teacher_embed") or {}).get("precision", "fp32"),
         device=device,
         threads=runtime.threads,
     )

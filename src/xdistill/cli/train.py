@@ -106,6 +106,7 @@ def command(
         train_params,
         outputs,
         teacher_spec=models.get("teacher"),
+        teacher_precision=(load_params(None, params).get("teacher_embed") or {}).get("precision", "fp32"),
         device=device,
         dev_sts_dir=dev_sts or None,
         runtime=runtime,

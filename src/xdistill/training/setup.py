@@ -61,6 +61,7 @@ class TrainInputs:
     teacher_dir: Path
     student_spec: str
     teacher_spec: str | None = None  # the teacher whose vectors to pick in the store (None: the store's own)
+    teacher_precision: str = "fp32"  # what the teacher encoded in (teacher_embed.precision): fp16 vectors are others
     dev_sts_dir: str | Path | None = None  # stsb-multi-mt folder whose dev split validates checkpoints
     dev_mining_file: str | Path | None = None  # the dev mining blocks (optional)
     raw_dir: str | Path | None = DEFAULT_RAW_DIR  # staged evaluation sets a ``vocabulary: corpus`` student keeps
@@ -161,7 +162,7 @@ def prepare(
     params.check_world_size(ctx.world_size)
     dev_mining = inputs.dev_mining
     _log_cpu_autocast(params, ctx)
-    store = TeacherStore.open(inputs.teacher_dir, teacher_spec=inputs.teacher_spec)
+    store = TeacherStore.open(inputs.teacher_dir, teacher_spec=inputs.teacher_spec, precision=inputs.teacher_precision)
     train_pairs = read_parallel_pairs(inputs.train_file).spread(params.train_max_pairs)
     dev_pairs = read_parallel_pairs(inputs.dev_file).spread(params.dev_max_pairs)
     if len(train_pairs) < params.micro_batch:
@@ -196,7 +197,7 @@ def prepare(
         prompt,
         params.max_seq_length,
     )
-    train = tokenize_pairs(train_pairs, student, prompt, params.max_seq_length, store, lazy_teacher=True)
+    train = _tokenize_train(train_pairs, student, prompt, params.max_seq_length, store, ctx, student_config)
     validation = _validation_data(inputs, params, student, prompt, dev_pairs, sts_languages, store)
     featurize = Featurizer(student, ctx.device)
     frozen_states, cached_layers = None, 0
@@ -222,6 +223,26 @@ def prepare(
         inputs.teacher_spec or store.teacher_spec,
         frozen_states,
     )
+
+
+def _tokenize_train(
+    pairs: ParallelPairs,
+    student: SentenceTransformer,
+    prompt: str,
+    max_length: int,
+    store: TeacherStore,
+    ctx: DistContext,
+    student_config: StudentConfig,
+) -> TokenizedPairs:
+    """The training pairs, tokenised once up front; in a multi-process run each process measures the lengths of
+    its share and tokenises only what its slices need, when they need it (cached frozen states need every text)."""
+    if ctx.distributed and not student_config.cache_frozen:
+        from xdistill.training.tokenized import tokenize_pairs_lazily
+
+        return tokenize_pairs_lazily(
+            pairs, student, prompt, max_length, store, ctx.rank, ctx.world_size, ctx.gather_objects
+        )
+    return tokenize_pairs(pairs, student, prompt, max_length, store, lazy_teacher=True)
 
 
 def _log_cpu_autocast(params: TrainParams, ctx: DistContext) -> None:

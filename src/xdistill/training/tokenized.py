@@ -11,9 +11,9 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import torch
@@ -54,20 +54,54 @@ class TeacherRows:
         return self.store.gather(self.rows)
 
 
+class LazyTokenIds(Sequence[list[int]]):
+    """Token ids of texts, computed when a batch asks for them (in the loader's workers, off the step's path).
+
+    A process of a multi-process run embeds only its slices of the batches, so it never tokenises, nor holds
+    the ids of, the rest of the corpus. The ids are those :func:`~xdistill.training.batches.tokenize_texts`
+    gives (the same tokenizer call, one text at a time).
+    """
+
+    def __init__(self, texts: Sequence[str], tokenizer: Any, max_length: int, prompt: str) -> None:
+        self.texts, self.tokenizer, self.max_length, self.prompt = texts, tokenizer, max_length, prompt
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    @overload
+    def __getitem__(self, index: int) -> list[int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[list[int]]: ...
+
+    def __getitem__(self, index: int | slice) -> list[int] | list[list[int]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        encoded = self.tokenizer(self.prompt + self.texts[index], truncation=True, max_length=self.max_length)
+        return list(encoded["input_ids"])
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (self[i] for i in range(len(self)))
+
+
 @dataclass
 class TokenizedPairs:
     """Token ids of both sides, the teacher vectors of the sources, and each pair's language."""
 
-    src: list[list[int]]
-    tgt: list[list[int]]
+    src: list[list[int]] | LazyTokenIds
+    tgt: list[list[int]] | LazyTokenIds
     teacher: torch.Tensor | TeacherRows  # float32 [n, teacher_dim]
     langs: list[str] | None = None
+    pair_lengths: np.ndarray | None = None  # known up front when the ids are lazy
 
     def __len__(self) -> int:
         return len(self.src)
 
     @property
     def lengths(self) -> np.ndarray:
+        """Each pair's longer side in tokens (what the length bucketing sorts by)."""
+        if self.pair_lengths is not None:
+            return self.pair_lengths
         return np.fromiter((max(len(a), len(b)) for a, b in zip(self.src, self.tgt, strict=True)), dtype=np.int64)
 
 
@@ -93,6 +127,35 @@ def tokenize_pairs(
         tokenize_texts(tokenizer, pairs.translations, max_length, prompt),
         teacher,
         list(pairs.langs),
+    )
+
+
+def tokenize_pairs_lazily(
+    pairs: ParallelPairs,
+    student: SentenceTransformer,
+    prompt: str,
+    max_length: int,
+    store: TeacherStore,
+    rank: int,
+    world_size: int,
+    gather: Callable[[Any], list[Any]],
+) -> TokenizedPairs:
+    """The pairs of one process of ``world_size``: their lengths measured by every process on its share and
+    gathered (``gather``: every process's object in rank order), their ids tokenised when a batch needs them,
+    their teacher vectors read from the store when a batch needs them."""
+    tokenizer = student.tokenizer
+    share = slice(rank, None, world_size)
+    src = tokenize_texts(tokenizer, pairs.sources[share], max_length, prompt)
+    tgt = tokenize_texts(tokenizer, pairs.translations[share], max_length, prompt)
+    lengths = np.empty(len(pairs.sources), dtype=np.int64)
+    for owner, part in enumerate(gather([max(len(a), len(b)) for a, b in zip(src, tgt, strict=True)])):
+        lengths[owner::world_size] = part
+    return TokenizedPairs(
+        LazyTokenIds(pairs.sources, tokenizer, max_length, prompt),
+        LazyTokenIds(pairs.translations, tokenizer, max_length, prompt),
+        TeacherRows(store, store.row_ids(pairs.sources)),
+        list(pairs.langs),
+        lengths,
     )
 
 

@@ -33,7 +33,7 @@ points; mining on held-out news blocks (on-topic distractors, FLORES's gold shar
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -191,7 +191,7 @@ class _UniqueTexts:
         self.index: dict[tuple[int, ...], int] = {}
         self.ids: list[list[int]] = []
 
-    def add(self, token_ids: Sequence[Sequence[int]]) -> np.ndarray:
+    def add(self, token_ids: Iterable[Sequence[int]]) -> np.ndarray:
         rows = []
         for ids in token_ids:
             key = tuple(ids)
