@@ -58,7 +58,11 @@ def make_outputs_project(root: Path, primary: float, per_language: dict[str, Any
         "\n".join(f"Sentence number {i} is about the weather in town." for i in range(64)) + "\n", encoding="utf-8"
     )
     _write_json(root / "metrics" / "data_report.json", {"train_pairs": 120, "languages": {"de": 60, "es": 60}})
-    _write_json(root / "metrics" / "train.json", {"final_loss": 0.0123, "steps": 3, "history": [0.5, 0.1]})
+    provenance = {"device_type": "cuda", "device_name": "NVIDIA H100", "processes": 4, "precision": "bf16"}
+    _write_json(
+        root / "metrics" / "train.json",
+        {"final_loss": 0.0123, "steps": 3, "history": [0.5, 0.1], "provenance": provenance},
+    )
     _write_json(root / "metrics" / "eval" / "summary.json", summary(primary, per_language))
     _write_json(root / "metrics" / "eval" / "sts17.json", {"student": {"en-de": 0.61}, "teacher": {"en-de": 0.3}})
     (root / "reports" / "eval").mkdir(parents=True, exist_ok=True)

@@ -505,6 +505,9 @@ def test_register_logs_everything_and_champion_loads(tmp_path: Path, monkeypatch
     assert run.data.metrics["train.final_loss"] == pytest.approx(0.0123)
     assert run.data.metrics["data_report.train_pairs"] == 120
     assert run.data.tags["dvc_experiment"] == "tiny-exp" and len(run.data.tags["git_commit"]) == 40
+    # where and how the student was trained (metrics/train.json's provenance), as the run's tags
+    assert run.data.tags["train.device_name"] == "NVIDIA H100" and run.data.tags["train.processes"] == "4"
+    assert run.data.tags["train.device"] == "cuda" and run.data.tags["train.precision"] == "bf16"
     artifacts = {
         a.path
         for folder in ("", "plots", "reports", "metrics/eval")

@@ -346,6 +346,39 @@ def test_flipped_bits_are_caught_by_verify(store_copy):
     assert info.value.path == emb
 
 
+def _swap_first_rows(npy: Path, row_bytes: int) -> None:
+    """Swap the first two rows of a .npy file in place: the same size and header, other content."""
+    data = bytearray(npy.read_bytes())
+    start = len(data) - np.load(npy, mmap_mode="r").nbytes  # the rows follow the header
+    first, second = data[start : start + row_bytes], data[start + row_bytes : start + 2 * row_bytes]
+    data[start : start + row_bytes], data[start + row_bytes : start + 2 * row_bytes] = second, first
+    npy.write_bytes(bytes(data))
+
+
+def test_shuffled_keys_are_caught_and_the_stage_refuses_the_store(store_copy, sentences):
+    """Rows of a keys file swapped: every key still exists, each now names another sentence's vector. The
+    teacher_embed stage must not call such a store "already stored"; it names the file instead."""
+    keys, _ = _first_shard_files(_substore(store_copy))
+    _swap_first_rows(keys, 16)
+    with pytest.raises(InputFileError, match="checksum does not match") as info:
+        embed_into_store(store_copy, TEACHER, sentences[:200], progress=False)
+    assert info.value.path == keys
+
+
+def test_a_damaged_shared_store_is_not_copied_from(built_store, sentences, tmp_path, reference, caplog):
+    shared = tmp_path / "shared"
+    shutil.copytree(built_store, shared)
+    _, emb = _first_shard_files(_substore(shared))
+    _swap_first_rows(emb, 2 * 384)  # fp16 rows of the 384-d teacher
+    stats = embed_into_store(
+        tmp_path / "fresh", TEACHER, sentences[:20], batch_size=32, progress=False, shared_dir=shared
+    )
+    assert (stats.n_shared, stats.n_new) == (0, 20)  # encoded here instead
+    assert "shared teacher store not used, it is damaged" in caplog.text
+    vectors = TeacherStore.open(tmp_path / "fresh").lookup(sentences[:20]).astype(np.float32)
+    assert np.allclose(vectors, reference[:20], atol=2e-3)
+
+
 def test_leftovers_of_an_interrupted_append_are_ignored_then_cleaned(store_copy, sentences):
     sub = _substore(store_copy)
     keys, emb = _first_shard_files(sub)

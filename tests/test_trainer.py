@@ -434,6 +434,46 @@ def launched_params(setup: dict[str, Path], name: str, **runtime: object) -> Pat
     return write_params(setup["root"] / f"{name}.yaml", REFERENCE, str(setup["student"]), runtime=runtime)
 
 
+def test_a_planted_checkpoint_cannot_run_code(setup: dict[str, Path], tmp_path: Path) -> None:
+    """Checkpoints load with weights_only=True: a last.pt whose pickle calls a function is refused (the run
+    starts fresh) and the function never runs, whatever fingerprint it claims."""
+    workdir = tmp_path / "planted"
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):  # what a crafted pickle does on load
+            return (os.system, (f"touch {marker}",))
+
+    (workdir / "checkpoints").mkdir(parents=True)
+    torch.save({"fingerprint": "any", "model": Payload()}, workdir / "checkpoints" / "last.pt")
+    assert ckpt.load_checkpoint(workdir / "checkpoints", ckpt.LAST, "any") is None
+    assert not marker.exists()
+
+
+def test_damaged_teacher_vectors_are_refused_naming_the_file(setup: dict[str, Path], tmp_path: Path) -> None:
+    """A store whose vector file changed after it was written (rows shuffled) stops the run before training."""
+    import json as json_module
+
+    store = tmp_path / "store"
+    shutil.copytree(setup["store"], store)
+    (sub,) = [path for path in store.iterdir() if path.is_dir()]
+    emb = sub / json_module.loads((sub / "index.json").read_text())["shards"][0]["emb_file"]
+    data = bytearray(emb.read_bytes())
+    data[-1] ^= 0xFF
+    emb.write_bytes(bytes(data))
+    outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
+    with pytest.raises(InputFileError, match="checksum does not match") as info:
+        train_student(
+            setup["data"] / "train.tsv.gz",
+            setup["data"] / "dev.tsv.gz",
+            store,
+            str(setup["student"]),
+            REFERENCE,
+            outputs,
+        )
+    assert info.value.path == emb
+
+
 def test_loader_workers_prepare_the_same_batches(setup: dict[str, Path], reference_run: Path) -> None:
     """runtime.loader_workers 2: the micro-batches are prepared by worker processes ahead of the steps; the
     student is the one the training process preparing them itself trains, bit for bit."""

@@ -5,7 +5,7 @@ src/: the same copy the end-to-end tests make, testbed/pipeline_project.py) and 
 time and the peak resident memory of its largest process:
 
 1. cold: a fresh workspace, an empty DVC cache and an empty model cache (the mE5 conversion
-   included): the issue's "<= 15 minutes on 2 cores" target;
+   included): the "<= 15 minutes on 2 cores" target;
 2. warm caches: a second fresh workspace sharing the first one's DVC cache (and run cache) and
    the model cache, as a new clone on the same machine would;
 3. nothing changed: ``dvc repro`` again;

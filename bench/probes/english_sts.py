@@ -1,6 +1,6 @@
 """Which model is better at English STS: the teacher or the untrained student?
 
-Issue 12 asks for a student at the teacher's English level (STS17 en-en >= teacher - 1). Checkpoints
+The quality targets ask for a student at the teacher's English level (STS17 en-en >= teacher - 1). Checkpoints
 and the WiSE-FT weight are chosen on the stsb-multi-mt dev split, so whether the teacher beats the
 base on *that* data decides whether the selection can reward moving towards the teacher. This probe
 scores each model on every pair of the English STS sets: the stsb-multi-mt dev split (what the

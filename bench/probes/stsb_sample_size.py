@@ -1,7 +1,7 @@
 """How many STSb pairs does it take to tell a student from its base within the 0.5-point tolerance?
 
 The promotion gate and RESULTS.md's targets call a student "below its base" when a score drops
-more than a tolerance (0.5 point in the issue's targets) under the untrained student's. Whether a
+more than a tolerance (0.5 point in the quality targets) under the untrained student's. Whether a
 benchmark can see a difference that small depends on its size. This probe scores two models on the
 stsb-multi-mt test sets (monolingual and cross-lingual, as the evaluate stage builds them) at several
 sizes (the same evenly spaced subsets `evaluate.stsb_max_pairs` takes) and gives each difference a

@@ -1,6 +1,6 @@
 """Which settings of the teacher-space adapter (``train.teacher_adapter``) retrieve best on dev data?
 
-Issue 12, target 3, through ``--teacher-space``: the worst language and direction of teacher-space
+Quality target 3, through ``--teacher-space``: the worst language and direction of teacher-space
 FLORES retrieval sits at 89-91 for every quality member, always Arabic xx->en. Fitting the adapter on
 all 100k training pairs instead of 32k did not move the dev figure (quality-mpnet-rank-lr2e4-adapter-all),
 so this sweep varies how it is fitted instead, on one finished member's student: each variant is an

@@ -1,6 +1,6 @@
 """How close does distillation bring the student's English embeddings to the teacher's?
 
-Issue 12 asks for a student with the teacher's English quality (STS17 en-en >= teacher - 1). This
+The quality targets ask for a student with the teacher's English quality (STS17 en-en >= teacher - 1). This
 probe measures the distance that has to be covered, on English training sources (the teacher's
 vectors from the shared teacher store):
 

@@ -1,6 +1,6 @@
 """How far can a map fitted on top of an exported student carry it into the teacher's space?
 
-Issue 12, target 3: an English index built with the teacher should answer queries the student
+Quality target 3: an English index built with the teacher should answer queries the student
 embeds in any language, and the reverse. A WiSE-FT student (a < 1) keeps most of its base's
 geometry, which no rotation changes (``bench/probes/teacher_space_rotation.py``: +1.6 dev points). This
 probe compares maps fitted on the student's *final* embeddings of training pairs (both sides)

@@ -1,7 +1,7 @@
 """Can a rotation put an exported student back into the teacher's space without changing anything else?
 
 A WiSE-FT student (a < 1) sits between the untrained student's space and the teacher's, so a
-teacher-built English index finds fewer of its translations (issue 12, target 3). Every score the
+teacher-built English index finds fewer of its translations (quality target 3). Every score the
 promotion gate compares with the base (STS, retrieval, mining, language bias) is a cosine between
 two of the student's own embeddings, and an orthogonal map R leaves every such cosine as it is. The
 student ends in ``Dense -> Normalize``, so ``normalize(R (W p + b)) = R normalize(W p + b)``: R folds

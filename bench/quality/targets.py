@@ -42,7 +42,7 @@ def light_targets(facts: Mapping[str, Any], kept: list[float | None], others: li
 
 
 def targets_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
-    """Issue 12's targets for each member, checked against its evaluation (computed, never typed)."""
+    """The quality targets for each member, checked against its evaluation (computed, never typed)."""
     lines = [
         "## Targets",
         "",

@@ -85,7 +85,7 @@ def light_section(config: Mapping[str, Any], results: Path) -> str:
         )
     lines += [
         "",
-        "'targets': the issue's targets this row misses (computed from the columns); a low-dimensional row "
+        "'targets': the quality targets this row misses (computed from the columns); a low-dimensional row "
         "is compared for speed with the 384-d light rows of its size (parameters within 5 %).",
         "",
     ]

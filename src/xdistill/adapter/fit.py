@@ -150,7 +150,7 @@ def fit_and_save_adapter(
 def dev_retrieval_report(en2xx: np.ndarray, xx2en: np.ndarray, langs: list[str] | None) -> dict[str, float]:
     """Dev teacher-space accuracy in points from per-query hits over the pooled dev pairs: each direction, their
     mean, and, with the pairs' languages, each language's and the worst language and direction's
-    (``dev_teacher_accuracy_min``: the figure the issue's target asks of every language, on dev data)."""
+    (``dev_teacher_accuracy_min``: the figure the quality targets ask of every language, on dev data)."""
     report = {
         "dev_teacher_accuracy_en2xx": 100 * float(en2xx.mean()),
         "dev_teacher_accuracy_xx2en": 100 * float(xx2en.mean()),

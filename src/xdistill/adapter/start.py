@@ -76,6 +76,7 @@ def fit_start_adapter(
         target = torch.device(device or params.device)  # train.device: the fit runs where the training ran
         student = load_sentence_transformer(str(start_dir), device=str(target))
         store = TeacherStore.open(teacher_dir, teacher_spec=teacher_spec, precision=teacher_precision)
+        store.verify()
         prompt = default_prompt(student)
         train = tokenize_pairs(
             read_parallel_pairs(train_file).spread(params.train_max_pairs),

@@ -31,7 +31,7 @@ import numpy as np
 
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.data.parallel_tsv import read_parallel_pairs
-from xdistill.errors import XdistillError
+from xdistill.errors import InputFileError, XdistillError
 from xdistill.models.precision import DEFAULT_PRECISION, check_precision, require_gpu_for_half
 from xdistill.teacher.store import (
     INDEX_FILE,
@@ -159,6 +159,7 @@ def embed_into_store(
     teacher_id = teacher_fingerprint(teacher_spec, precision)
     n_shared = 0
     with substore_writer(store_dir, teacher_id, teacher_spec) as writer:
+        _verify_stored(writer.path)  # "already stored" must mean the vectors are the ones the index recorded
         missing = writer.missing(keys)
         if len(missing) and shared_dir is not None:
             copied = _copy_from_shared(writer, Path(shared_dir), teacher_id, keys[missing], commit_rows)
@@ -209,6 +210,12 @@ def shared_store_dir() -> Path:
     return cache_root() / "teacher"
 
 
+def _verify_stored(substore: Path) -> None:
+    """Refuse a sub-store whose files no longer match their checksums, naming the file."""
+    if (substore / INDEX_FILE).is_file():
+        TeacherStore.open(substore).verify()
+
+
 def _copy_from_shared(
     writer: SubstoreWriter, shared_dir: Path, teacher_id: str, keys: np.ndarray, commit_rows: int
 ) -> np.ndarray:
@@ -217,6 +224,11 @@ def _copy_from_shared(
     if not (sub / INDEX_FILE).is_file():
         return np.zeros(len(keys), dtype=bool)
     shared = TeacherStore.open(sub, teacher_id=teacher_id)
+    try:
+        shared.verify()
+    except InputFileError as exc:  # another workspace's store: encode here rather than copy damaged vectors
+        logger.warning("shared teacher store not used, it is damaged: %s", exc)
+        return np.zeros(len(keys), dtype=bool)
     rows, found = shared.rows_of_keys(keys)
     hits = np.flatnonzero(found)
     for start in range(0, len(hits), commit_rows):

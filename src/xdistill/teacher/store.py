@@ -105,6 +105,7 @@ class Shard:
     keys_bytes: int
     emb_bytes: int
     emb_blake2b: str
+    keys_blake2b: str | None = None  # recorded by stores written since keys were checksummed too
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -112,7 +113,10 @@ class Shard:
 
 def _shard_from_json(index_path: Path, item: Any) -> Shard:
     try:
-        return Shard(**{name: item[name] for name in Shard.__dataclass_fields__})
+        optional = {"keys_blake2b"}
+        return Shard(
+            **{name: item.get(name) if name in optional else item[name] for name in Shard.__dataclass_fields__}
+        )
     except (KeyError, TypeError) as exc:
         raise InputFileError(index_path, f"malformed shard entry {item!r} ({exc})") from exc
 
@@ -325,10 +329,23 @@ class TeacherStore:
         return self.gather(self.row_ids(texts))
 
     def verify(self) -> None:
-        """Re-hash every embedding shard against the checksum in the index (reads the whole store)."""
+        """Re-hash every shard file against the checksums in the index (reads the whole store once); raises
+        :class:`InputFileError` naming the first file whose bytes changed (rows shuffled, a bit flipped)."""
         for shard in self._shards:
-            if file_blake2b(self.path / shard.emb_file) != shard.emb_blake2b:
-                raise InputFileError(self.path / shard.emb_file, "checksum does not match the store index (corrupt)")
+            checks = [(shard.emb_file, shard.emb_blake2b), (shard.keys_file, shard.keys_blake2b)]
+            for name, expected in checks:
+                if expected is not None and file_blake2b(self.path / name) != expected:
+                    raise InputFileError(
+                        self.path / name,
+                        "checksum does not match the store index (corrupt): delete the folder "
+                        f"{self.path} and run `xdistill teacher-embed` again",
+                    )
+
+    @property
+    def content_digest(self) -> str:
+        """A digest of every vector and key the store holds (from the index's checksums: no file is read)."""
+        parts = [f"{s.emb_blake2b}:{s.keys_blake2b or s.keys_bytes}" for s in self._shards]
+        return hashlib.blake2b("|".join(parts).encode(), digest_size=16).hexdigest()
 
 
 def read_index(index_path: Path) -> dict[str, Any]:

@@ -172,7 +172,8 @@ class SubstoreWriter:
         numbered = [int(s["number"]) for s in shards] == list(range(1, len(shards) + 1))
         full = all(size == shard_rows for size in sizes[:-1]) and 0 < sizes[-1] <= shard_rows
         in_order = bool(np.array_equal(store.rows_in_key_order(), np.arange(len(store))))
-        return numbered and full and in_order
+        checksummed = all(s.get("keys_blake2b") for s in shards)  # a store written before keys had checksums
+        return numbered and full and in_order and checksummed
 
     def _listed_files(self) -> set[str]:
         """The shard files the index lists (none before the first commit)."""
@@ -185,9 +186,9 @@ class SubstoreWriter:
 
     def _write_shard(self, number: int, keys: np.ndarray, half: np.ndarray) -> Shard:
         keys_file, emb_file = f"keys-{number:06d}.npy", f"emb-{number:06d}.npy"
-        keys_bytes, _ = _write_npy_durably(self.path / keys_file, np.ascontiguousarray(keys, dtype=KEY_DTYPE))
+        keys_bytes, keys_hash = _write_npy_durably(self.path / keys_file, np.ascontiguousarray(keys, dtype=KEY_DTYPE))
         emb_bytes, emb_hash = _write_npy_durably(self.path / emb_file, half)
-        return Shard(number, len(keys), keys_file, emb_file, keys_bytes, emb_bytes, emb_hash)
+        return Shard(number, len(keys), keys_file, emb_file, keys_bytes, emb_bytes, emb_hash, keys_hash)
 
     def _link_shard(self, shard: Shard, number: int) -> Shard:
         """The same shard under another number: hard links (no data copied), a copy where links fail."""
@@ -199,6 +200,7 @@ class SubstoreWriter:
             shard.keys_bytes,
             shard.emb_bytes,
             shard.emb_blake2b,
+            shard.keys_blake2b,
         )
         for source, target in ((shard.keys_file, renamed.keys_file), (shard.emb_file, renamed.emb_file)):
             (self.path / target).unlink(missing_ok=True)  # an orphan of an interrupted rewrite

@@ -6,6 +6,10 @@ weights (feature-distillation projection), optimiser and scheduler state, every 
 states (python, numpy, torch CPU and CUDA), the data position, the history and the early-stopping
 state, and a fingerprint of everything that shapes the trajectory. A checkpoint whose fingerprint
 differs from the current run's is ignored and the run starts fresh.
+
+Checkpoints hold tensors, numbers, strings and containers only, and load with ``weights_only=True``: a file
+planted in a checkpoint folder cannot run code when a run resumes (the numpy RNG state, an array, is stored
+as a tensor).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ def settle_best(directory: Path, best_step: int, pending_step: int | None = None
     if not pending.is_file():
         return
     if pending_step is None:
-        pending_step = torch.load(pending, map_location="cpu", weights_only=False).get("step")
+        pending_step = torch.load(pending, map_location="cpu", weights_only=True).get("step")
     if pending_step == best_step:
         os.replace(pending, directory / BEST)
     else:
@@ -67,9 +71,16 @@ def file_digest(path: str | Path, chunk: int = 1 << 20) -> str:
 
 def capture_rng_state() -> dict[str, Any]:
     """Every RNG state training consumes (dropout draws from torch's generators)."""
+    kind, keys, position, has_gauss, gauss = np.random.get_state()
     state: dict[str, Any] = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": (
+            kind,
+            torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            int(position),
+            int(has_gauss),
+            float(gauss),
+        ),
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -78,11 +89,17 @@ def capture_rng_state() -> dict[str, Any]:
 
 
 def restore_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    random.setstate(_as_tuples(state["python"]))
+    kind, keys, position, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), position, has_gauss, gauss))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _as_tuples(value: Any) -> Any:
+    """Python's RNG state with its tuples back (a checkpoint may hand them back as lists)."""
+    return tuple(_as_tuples(item) for item in value) if isinstance(value, list | tuple) else value
 
 
 def seed_everything(seed: int) -> None:
@@ -97,8 +114,22 @@ def save_checkpoint(directory: Path, name: str, payload: dict[str, Any]) -> Path
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / name
     with atomic_path(final) as tmp:
-        torch.save(payload, tmp)
+        torch.save(plain_data(payload), tmp)
     return final
+
+
+def plain_data(value: Any) -> Any:
+    """``value`` with numpy scalars and arrays turned into Python numbers and tensors, so it loads with
+    ``weights_only=True`` (metrics computed with numpy are numpy scalars)."""
+    if isinstance(value, dict):
+        return {key: plain_data(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(plain_data(item) for item in value)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    return value
 
 
 def load_checkpoint(directory: Path, name: str, fingerprint: str) -> dict[str, Any] | None:
@@ -107,9 +138,9 @@ def load_checkpoint(directory: Path, name: str, fingerprint: str) -> dict[str, A
     if not path.is_file():
         return None
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # an unreadable checkpoint only means "start fresh"
-        logger.warning("ignoring unreadable checkpoint %s (%s)", path, exc)
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # an unreadable checkpoint (or one holding more than data) only means "start fresh"
+        logger.warning("ignoring unreadable checkpoint %s (%s)", path, str(exc).splitlines()[0])
         return None
     if payload.get("fingerprint") != fingerprint:
         logger.info(

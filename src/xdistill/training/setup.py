@@ -163,6 +163,7 @@ def prepare(
     dev_mining = inputs.dev_mining
     _log_cpu_autocast(params, ctx)
     store = TeacherStore.open(inputs.teacher_dir, teacher_spec=inputs.teacher_spec, precision=inputs.teacher_precision)
+    store.verify()  # damaged vectors would train towards other sentences' targets without a word
     train_pairs = read_parallel_pairs(inputs.train_file).spread(params.train_max_pairs)
     dev_pairs = read_parallel_pairs(inputs.dev_file).spread(params.dev_max_pairs)
     if len(train_pairs) < params.micro_batch:
@@ -276,6 +277,7 @@ def fingerprint_of_run(
             "student_weights": model_fingerprint(inputs.student_spec),
             "code": code_digest(TRAINER_MODULE),
             "teacher": store.teacher_id,
+            "teacher_vectors": store.content_digest,  # vectors changed under a last.pt: not its run any more
             "train": ckpt.file_digest(inputs.train_file),
             "dev": ckpt.file_digest(inputs.dev_file),
             "dev_sts": [sts_dev_digests(inputs.dev_sts_dir, sts_languages), sts_languages],
