@@ -42,6 +42,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("models", "resolve, convert and cache model specs (pypi:..., folders, hub ids)"),
     "encode": ("encode", "embed a text file (one sentence per line) into a .npy file"),
     "mine": ("mine", "mine parallel sentence pairs between two text files (margin scoring)"),
+    "cluster-embed": ("cluster_embed", "embed a corpus with the teacher on a Dask cluster (sharded, resumable)"),
+    "cluster-mine": ("cluster_mine", "mine on a Dask cluster: encoding and a sharded index across its workers"),
     "search": ("search", "query an index built by one model (e.g. the teacher) with another (e.g. the student)"),
     "export": ("export", "write a student as ONNX fp32, ONNX int8 and fp16 safetensors"),
     "profile": ("profile", "apply a machine profile (profiles/<name>.yaml, e.g. gpu) to params.yaml"),
