@@ -68,7 +68,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_the_project_ships_a_bf16_and_an_fp16_gpu_profile_of_contract_settings_only() -> None:
-    assert list_profiles(REPO_ROOT) == ["gpu", "gpu-fp16"]
+    assert list_profiles(REPO_ROOT) == ["gpu", "gpu-fp16", "multi-host"]
     gpu, fp16 = (load_profile(REPO_ROOT / "profiles" / f"{name}.yaml") for name in ("gpu", "gpu-fp16"))
     assert set(gpu) == set(fp16) == CONTRACT_KEYS
     assert gpu["train.precision"] == "bf16" and fp16["train.precision"] == "fp16"
@@ -146,13 +146,16 @@ def test_the_real_params_yaml_takes_each_profile_and_every_stage_accepts_the_res
         apply_profile(tmp_path / "params.yaml", str(REPO_ROOT / "profiles" / f"{name}.yaml"))
         params = yaml.safe_load((tmp_path / "params.yaml").read_text(encoding="utf-8"))
         check_stage_params(params, tmp_path / "params.yaml")
-        assert params["train"]["device"] == "cuda"
+        if name.startswith("gpu"):
+            assert params["train"]["device"] == "cuda"
+        else:  # multi-host: the tracking server of each host's environment (docs/multi-host.md)
+            assert params["register"]["tracking_uri"] == "env:MLFLOW_TRACKING_URI"
 
 
 def test_the_cli_lists_and_applies_profiles(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     params_file = project / "params.yaml"
     assert main(["profile", "--params", str(params_file)]) == 0
-    assert capsys.readouterr().out.split() == ["gpu", "gpu-fp16"]
+    assert capsys.readouterr().out.split() == ["gpu", "gpu-fp16", "multi-host"]
     assert main(["profile", "gpu-fp16", "--params", str(params_file)]) == 0
     out = capsys.readouterr().out
     assert 'train.precision: "fp16"' in out and "profile gpu-fp16 applied (12 settings)" in out

@@ -8,10 +8,10 @@ tags on the candidate version (``promotion.decision``, ``promotion.reasons``,
 that replaces it, or cuts it back when it is an earlier champion); :func:`rollback` pops it and moves the
 alias back.
 
-Promotions and rollbacks hold a file lock (see :func:`xdistill.registry.store.promotion_lock`)
-from reading the champion to moving the alias, so two racing promotions are serialised: the
-second one is judged against whatever the first left as champion, and a loser never ends up
-holding the alias.
+Promotions and rollbacks hold the promotion lock (:func:`xdistill.registry.store.promotion_lock`: a file
+lock for a local store, the server's own lock for a tracking server, shared by every host) from reading
+the champion to moving the alias, so two racing promotions are serialised: the second one is judged
+against whatever the first left as champion, and a loser never ends up holding the alias.
 """
 
 from __future__ import annotations

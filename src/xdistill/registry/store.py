@@ -4,7 +4,10 @@ The default tracking URI ``sqlite:///mlflow.db`` is relative: it resolves agains
 root*, which is the project root (the current folder, where DVC runs stages) unless the
 environment variable ``XDISTILL_REGISTRY_ROOT`` names another folder. The Prefect flows run
 stages in a private copy of the project and set that variable, so every run lands in the one
-store of the user's checkout. Server URIs (``http://...``) are used as given.
+store of the user's checkout. Server URIs (``http://...``) are used as given. ``env:NAME`` reads the
+URI from the environment variable ``NAME`` of the process that uses it: the multi-host profile sets
+``env:MLFLOW_TRACKING_URI``, so every host reaches the shared server under the one params.yaml value
+(docs/multi-host.md).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ log = logging.getLogger(__name__)
 
 REGISTRY_ROOT_ENV = "XDISTILL_REGISTRY_ROOT"
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+ENV_URI_PREFIX = "env:"  # env:MLFLOW_TRACKING_URI: the URI is that variable's value
 # Artifacts of runs tracked in a local sqlite store live next to the database: MLflow's own
 # default (./mlruns relative to the current folder) would put them inside whatever temporary
 # workspace happened to create the experiment.
@@ -49,7 +53,7 @@ def resolve_tracking_uri(uri: str | None, root: str | Path | None = None) -> str
 
     ``sqlite:///mlflow.db`` -> ``sqlite:////abs/root/mlflow.db`` (four slashes: absolute path).
     """
-    uri = uri or DEFAULT_TRACKING_URI
+    uri = from_environment(uri or DEFAULT_TRACKING_URI)
     base = Path(root).resolve() if root is not None else registry_root()
     if uri.startswith("sqlite:///"):
         path = uri[len("sqlite:///") :]
@@ -62,6 +66,22 @@ def resolve_tracking_uri(uri: str | None, root: str | Path | None = None) -> str
     if "://" not in uri:
         return (Path(uri) if Path(uri).is_absolute() else base / uri).resolve().as_uri()
     return uri
+
+
+def from_environment(uri: str) -> str:
+    """``env:NAME`` -> the value of the environment variable ``NAME`` (an error when unset); others unchanged."""
+    if not uri.startswith(ENV_URI_PREFIX):
+        return uri
+    name = uri[len(ENV_URI_PREFIX) :]
+    value = os.environ.get(name, "").strip()
+    if not value:
+        raise XdistillError(
+            f"tracking URI {uri!r}: the environment variable {name} is not set; set it to the tracking server "
+            "(e.g. the MLFLOW_TRACKING_URI line of the env file scripts/services_up.sh writes)"
+        )
+    if value.startswith(ENV_URI_PREFIX):
+        raise XdistillError(f"tracking URI {uri!r}: {name} names another variable ({value!r}), not a URI")
+    return value
 
 
 def local_store_path(tracking_uri: str) -> Path | None:
@@ -100,7 +120,8 @@ def promotion_lock_path(tracking_uri: str, lock_file: str | None = None) -> Path
     artifacts); a remote server: a lock named after its URI in the xdistill cache
     (``locks/<host>_<port>-<digest>.promote.lock``). Either way every process using the store on this
     host derives the same path, whatever folder it runs in (a flow's worker, a promoter's shell).
-    Promoters on several hosts sharing one server must point ``promote.lock_file`` at a shared file system.
+    Promoters on several hosts sharing one server need no file: :func:`promotion_lock` holds the server's
+    own lock (:mod:`xdistill.registry.server_lock`) when no ``lock_file`` is set.
     """
     if lock_file:
         path = Path(lock_file)
@@ -132,8 +153,22 @@ class PromotionLockBusy(XdistillError):
 
 
 @contextlib.contextmanager
-def promotion_lock(tracking_uri: str, lock_file: str | None = None) -> Iterator[Path]:
-    """Hold the promotion lock of ``tracking_uri`` (an OS-level file lock, released on crash)."""
+def promotion_lock(tracking_uri: str, lock_file: str | None = None) -> Iterator[str]:
+    """Hold the promotion lock of ``tracking_uri``; yields where it is (for logs).
+
+    A tracking server (``http://...``) without ``lock_file``: the lock kept in the server's database
+    (:mod:`xdistill.registry.server_lock`), which every host using the server shares. A local store, or a
+    ``lock_file``: an OS-level file lock (:func:`promotion_lock_path`), released on crash.
+    """
+    if lock_file is None and local_store_path(tracking_uri) is None:
+        from xdistill.registry.server_lock import ServerLockTimeout, server_lock
+
+        try:
+            with server_lock(client_for(tracking_uri), PROMOTION_LOCK_TIMEOUT_S) as ticket:
+                yield f"{ticket} on {_server_name(tracking_uri)}"
+        except ServerLockTimeout as exc:
+            raise PromotionLockBusy(f"{_server_name(tracking_uri)}: another promotion held the lock ({exc})") from exc
+        return
     from filelock import FileLock, Timeout
 
     path = promotion_lock_path(tracking_uri, lock_file)
@@ -142,11 +177,17 @@ def promotion_lock(tracking_uri: str, lock_file: str | None = None) -> Iterator[
     try:
         with lock:
             log.debug("holding promotion lock %s", path)
-            yield path
+            yield str(path)
     except Timeout as exc:
         raise PromotionLockBusy(
             f"{path}: another promotion held the lock for {PROMOTION_LOCK_TIMEOUT_S:.0f} s"
         ) from exc
+
+
+def _server_name(tracking_uri: str) -> str:
+    """The server's scheme, host and port: never a password of the URI."""
+    parsed = urlparse(tracking_uri)
+    return f"{parsed.scheme}://{parsed.hostname or ''}{f':{parsed.port}' if parsed.port else ''}"
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "", sep: str = ".") -> dict[str, Any]:
