@@ -338,16 +338,7 @@ def test_cli_trains_and_writes_every_output(reference_run: Path) -> None:
 def test_sigkilled_run_resumes_to_identical_weights(setup: dict[str, Path], reference_run: Path) -> None:
     workdir = setup["root"] / "killed"
     args = cli_args(workdir, setup["data"], setup["store"], setup["params"])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "xdistill.cli.main", *args],
-        cwd=REPO_ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    last = workdir / "checkpoints" / "last.pt"
-    deadline = time.monotonic() + 240
-    while not last.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    proc = start_until_first_checkpoint(args, workdir)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
@@ -552,16 +543,7 @@ def test_a_sigkilled_rank_resumes_to_the_same_weights(setup: dict[str, Path], re
     an uninterrupted run trains."""
     workdir = setup["root"] / "ddp-killed"
     args = cli_args(workdir, setup["data"], setup["store"], launched_params(setup, "ddp-killed", nproc=2))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "xdistill.cli.main", *args],
-        cwd=REPO_ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    last = workdir / "checkpoints" / "last.pt"
-    deadline = time.monotonic() + 300
-    while not last.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    proc = start_until_first_checkpoint(args, workdir)
     ranks = training_ranks(proc.pid)
     assert len(ranks) == 2, f"expected 2 training processes under the launcher, found {ranks}"
     os.kill(ranks[-1], signal.SIGKILL)
@@ -572,6 +554,20 @@ def test_a_sigkilled_rank_resumes_to_the_same_weights(setup: dict[str, Path], re
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert 0 < json.loads((workdir / "train.json").read_text())["resumed_from_step"] < 16
     assert_same_student(workdir, reference_run, setup)
+
+
+def start_until_first_checkpoint(args: list[str], workdir: Path, timeout: float = 300) -> subprocess.Popen[bytes]:
+    """Start ``xdistill train`` and return once it wrote its first last.pt (or ended, or ``timeout`` passed)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xdistill.cli.main", *args],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    last, deadline = workdir / "checkpoints" / "last.pt", time.monotonic() + timeout
+    while not last.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc
 
 
 def training_ranks(launcher_pid: int) -> list[int]:
