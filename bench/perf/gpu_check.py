@@ -146,44 +146,28 @@ def reference_training(
 ) -> dict[str, Any]:
     """``SentenceTransformerTrainer`` + ``MSELoss`` on the same pairs, student build and batch as ours."""
     import torch
-    from datasets import Dataset
-    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-    from sentence_transformers.sentence_transformer.losses import MSELoss
 
+    from bench.perf.reference_training import train_reference
     from xdistill.data.parallel_tsv import read_parallel_pairs
     from xdistill.teacher.store import TeacherStore
     from xdistill.training.student import StudentConfig, build_student
 
     pairs = read_parallel_pairs(train)
     targets = TeacherStore.open(store, teacher_spec=teacher).lookup(pairs.sources)
-    dataset = Dataset.from_dict(
-        {"english": pairs.sources, "non_english": pairs.translations, "label": targets.tolist()}
-    )
     torch.manual_seed(1)
     config = StudentConfig(student, max_seq_length=args.max_seq_length, **STUDENT_OPTIONS)
     model = build_student(config, device=args.device, teacher_dim=TEACHER_DIM, raw_dir=None)
-    training_args = SentenceTransformerTrainingArguments(
-        output_dir=str(work / f"reference-{precision}"),
-        per_device_train_batch_size=args.batch_size,
-        max_steps=args.steps,
-        learning_rate=5e-5,
-        warmup_steps=0.1,
-        weight_decay=0.01,
-        max_grad_norm=1.0,
-        logging_steps=max(1, args.steps // 4),
-        save_strategy="no",
-        report_to="none",
-        seed=1,
-        dataloader_num_workers=0,
-        use_cpu=not args.device.startswith("cuda"),
-        disable_tqdm=True,
-        bf16=precision == "bf16",
-        fp16=precision == "fp16",
+    return train_reference(
+        model,
+        pairs.sources,
+        pairs.translations,
+        targets,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        output_dir=work / f"reference-{precision}",
+        device=args.device,
+        precision=precision,
     )
-    trainer = SentenceTransformerTrainer(model=model, args=training_args, train_dataset=dataset, loss=MSELoss(model))
-    output = trainer.train()
-    runtime = float(output.metrics["train_runtime"])
-    return {"pairs_per_second": args.steps * args.batch_size / runtime, "train_loss": output.metrics.get("train_loss")}
 
 
 def training_rows(

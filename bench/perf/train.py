@@ -134,10 +134,8 @@ def run_reference(
     train: Path, store: Path, student_spec: str, student_opts: dict, args, work: Path, bf16: bool = False
 ) -> dict:
     import torch
-    from datasets import Dataset
-    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
-    from sentence_transformers.sentence_transformer.losses import MSELoss
 
+    from bench.perf.reference_training import train_reference
     from xdistill.models import default_prompt
     from xdistill.teacher.store import TeacherStore
     from xdistill.training.batches import read_parallel_pairs
@@ -145,40 +143,19 @@ def run_reference(
 
     pairs = read_parallel_pairs(train)
     teacher = TeacherStore.open(store, teacher_spec=TEACHER).lookup(pairs.sources)
-    dataset = Dataset.from_dict(
-        {"english": pairs.sources, "non_english": pairs.translations, "label": teacher.tolist()}
-    )
     torch.manual_seed(1)
     model = build_student(StudentConfig(student_spec, max_seq_length=args.max_seq_length, **student_opts))
-    prompt = default_prompt(model)
-    training_args = SentenceTransformerTrainingArguments(
-        output_dir=str(work / "reference"),
-        per_device_train_batch_size=args.batch_size,
-        max_steps=args.steps,
-        learning_rate=5e-5,
-        warmup_steps=0.1,
-        weight_decay=0.01,
-        max_grad_norm=1.0,
-        logging_steps=max(1, args.steps // 4),
-        save_strategy="no",
-        report_to="none",
-        seed=1,
-        dataloader_num_workers=0,
-        use_cpu=True,
-        prompts=prompt or None,
-        disable_tqdm=True,
-        bf16=bf16,
+    return train_reference(
+        model,
+        pairs.sources,
+        pairs.translations,
+        teacher,
+        batch_size=args.batch_size,
+        steps=args.steps,
+        output_dir=work / "reference",
+        precision="bf16" if bf16 else "fp32",
+        prompt=default_prompt(model),
     )
-    trainer = SentenceTransformerTrainer(model=model, args=training_args, train_dataset=dataset, loss=MSELoss(model))
-    start = time.perf_counter()
-    output = trainer.train()
-    wall = time.perf_counter() - start
-    runtime = float(output.metrics["train_runtime"])
-    return {
-        "pairs_per_second": args.steps * args.batch_size / runtime,
-        "wall_seconds": wall,
-        "train_loss": float(output.metrics.get("train_loss", float("nan"))),
-    }
 
 
 def bf16_rows(
