@@ -46,7 +46,7 @@ _TEXT_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--nlist", type=click.IntRange(min=1), default=None, help="IVF cells (default 4 sqrt(rows))")
 @click.option("--pq-m", type=click.IntRange(min=1), default=None, help="PQ bytes per row (default dim/8)")
 @click.option(
-    "--rerank", type=click.IntRange(min=1), default=4, show_default=True, help="ivfpq: re-score rerank x k exactly"
+    "--rerank", type=click.IntRange(min=1), default=16, show_default=True, help="ivfpq: re-score rerank x k exactly"
 )
 @click.option(
     "--shard-rows", type=click.IntRange(min=1), default=100_000, show_default=True, help="corpus rows per shard"

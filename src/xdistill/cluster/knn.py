@@ -12,9 +12,11 @@ Index kinds of a shard:
 - ``flat``: exact inner product; the shard's rows uncompressed (``4 x dim`` bytes a row).
 - ``ivfpq``: IVF-PQ (faiss ``IndexIVFPQ``), trained once on rows spread over the whole corpus and
   copied to every shard before its rows are added: ``pq_m`` bytes a row (48 for 384-d) plus an
-  8-byte id, so a shard of a corpus far larger than one machine fits a worker. PQ similarities are
-  approximate, so each shard returns ``rerank x k`` candidates and re-scores them exactly from its
-  rows on disk (memory-mapped): the margin then sees true cosines of the candidates found.
+  8-byte id, so a shard of a corpus far larger than one machine fits a worker. Each query block's
+  IVF cells are found once (one task) and every shard scans only those cells. PQ similarities are
+  approximate, so each shard returns ``rerank x k`` candidates and the block's merge re-scores the
+  merged candidates exactly from the corpus file (memory-mapped) before keeping k: the margin sees
+  true cosines of the candidates found.
 
 Its recall against exact search is what :func:`recall_at_k` measures.
 """
@@ -53,7 +55,7 @@ class IndexOptions:
     nprobe: int = 16  # cells visited per query
     pq_m: int | None = None  # PQ bytes per row; default dim / 8
     train_rows: int = 100_000  # rows sampled across the corpus to train the IVF-PQ
-    rerank: int = 4  # candidates per shard = rerank x k, re-scored exactly (1: no re-scoring)
+    rerank: int = 16  # candidates = rerank x k per shard and after the merge, re-scored exactly (1: none)
 
     def __post_init__(self) -> None:
         if self.kind not in CLUSTER_INDEX_KINDS:
@@ -121,41 +123,63 @@ def build_shard(corpus: Path, start: int, stop: int, kind: str, trained: np.ndar
     return ShardIndex(index, corpus, start, len(block))
 
 
-def search_shard(shard: ShardIndex, queries: Path, start: int, stop: int, k: int, rerank: int) -> tuple[Any, Any]:
+def assign_block(trained: np.ndarray, queries: Path, start: int, stop: int, nprobe: int) -> tuple[Any, Any]:
+    """The IVF cells each query row of ``start:stop`` visits: computed once per block, not once per shard."""
+    import faiss
+
+    index: Any = faiss.deserialize_index(trained)
+    quantizer = index.quantizer
+    block = check_finite(NpyRows(queries).read(start, stop), f"{queries} (rows {start}-{stop - 1})")
+    return quantizer.search(block, min(nprobe, quantizer.ntotal))
+
+
+def search_shard(
+    shard: ShardIndex, queries: Path, start: int, stop: int, wanted: int, cells: tuple[Any, Any] | None
+) -> tuple[Any, Any]:
     """``(scores, corpus ids)`` of query rows ``start:stop`` in one shard, best first (ids -1: none found)."""
     block = check_finite(NpyRows(queries).read(start, stop), f"{queries} (rows {start}-{stop - 1})")
-    wanted = min(k * rerank, shard.rows)
-    scores, ids = shard.index.search(block, wanted)
-    if rerank > 1 and wanted > k:
-        scores, ids = _rescore(block, ids, shard)
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-        scores, ids = np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
+    wanted = min(wanted, shard.rows)
+    if cells is None:
+        scores, ids = shard.index.search(block, wanted)
+    else:
+        cell_scores, cell_ids = cells
+        scores, ids = shard.index.search_preassigned(block, wanted, cell_ids, cell_scores)
     scores = np.where(ids >= 0, scores, -np.inf).astype(np.float32)
     return scores, np.where(ids >= 0, ids + shard.start, -1)
 
 
-def _rescore(queries: np.ndarray, ids: np.ndarray, shard: ShardIndex) -> tuple[np.ndarray, np.ndarray]:
-    """Exact cosines of the candidates, from the shard's rows on disk (missing candidates -inf)."""
-    rows = np.load(shard.path, mmap_mode="r")
+def merge_block(
+    width: int, rescore: tuple[Path, Path, int, int] | None, *results: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``width`` best of every shard's list for one query block, merged in corpus order.
+
+    ``rescore`` = ``(queries, corpus, start, stop)``: the shards' lists are approximate (PQ); the
+    merged candidates are re-scored exactly from the corpus file before the best ``width`` are kept.
+    """
+    rows = results[0][0].shape[0]
+    keep = max(width, *(scores.shape[1] for scores, _ in results)) if rescore else width  # rerank x k when re-scored
+    best_scores = np.full((rows, keep), -np.inf, np.float32)
+    best_ids = np.full((rows, keep), -1, np.int64)
+    for scores, ids in results:
+        best_scores, best_ids = merge_top_k(best_scores, best_ids, scores, ids, keep)
+    if rescore is not None:
+        queries, corpus, start, stop = rescore
+        best_scores = exact_scores(NpyRows(queries).read(start, stop), best_ids, corpus)
+        order = np.argsort(-best_scores, axis=1, kind="stable")
+        best_scores, best_ids = np.take_along_axis(best_scores, order, 1), np.take_along_axis(best_ids, order, 1)
+    return best_scores[:, :width], best_ids[:, :width]
+
+
+def exact_scores(queries: np.ndarray, ids: np.ndarray, corpus: Path) -> np.ndarray:
+    """Exact cosines of the candidates, read from the corpus file (memory-mapped; missing ones -inf)."""
+    rows = np.load(corpus, mmap_mode="r")
     scores = np.full(ids.shape, -np.inf, np.float32)
     for first in range(0, len(queries), RERANK_QUERY_ROWS):
         part = slice(first, first + RERANK_QUERY_ROWS)
-        local = ids[part]
-        found = local >= 0
-        vectors = np.asarray(rows[shard.start + np.where(found, local, 0)], dtype=np.float32)
-        exact = np.einsum("qd,qkd->qk", queries[part], vectors)
-        scores[part] = np.where(found, exact, -np.inf)
-    return scores, ids
-
-
-def merge_shards(width: int, *results: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The ``width`` best of every shard's list for one query block, merged in corpus order."""
-    rows = results[0][0].shape[0]
-    best_scores = np.full((rows, width), -np.inf, np.float32)
-    best_ids = np.full((rows, width), -1, np.int64)
-    for scores, ids in results:
-        best_scores, best_ids = merge_top_k(best_scores, best_ids, scores, ids, width)
-    return best_scores, best_ids
+        found = ids[part] >= 0
+        vectors = np.asarray(rows[np.where(found, ids[part], 0)], dtype=np.float32)
+        scores[part] = np.where(found, np.einsum("qd,qkd->qk", queries[part], vectors), -np.inf)
+    return scores
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,16 +213,19 @@ def distributed_knn(
     best_ids = np.full((len(query_file), width), -1, np.int64)
     if width == 0 or len(query_file) == 0:
         return best_scores, best_ids
-    shards = place_shards(client, corpus, len(corpus_file), shard_rows, options)
     blocks = [(start, min(start + query_rows, len(query_file))) for start in range(0, len(query_file), query_rows)]
     window = BLOCKS_IN_FLIGHT_PER_WORKER * max(1, len(client.scheduler_info()["workers"]))
-    rerank = options.rerank if options.kind == "ivfpq" else 1
+    trained = client.submit(train_ivfpq, corpus, options) if options.kind == "ivfpq" else None
+    shards = place_shards(client, corpus, len(corpus_file), shard_rows, options, trained)
+    rerank = options.rerank if trained is not None and options.rerank > 1 else 1
     in_flight: deque[tuple[tuple[int, int], Any]] = deque()
 
     def submit(block: tuple[int, int]) -> None:
         start, stop = block
-        parts = [client.submit(search_shard, shard, queries, start, stop, width, rerank) for shard in shards]
-        in_flight.append((block, client.submit(merge_shards, width, *parts)))
+        cells = client.submit(assign_block, trained, queries, start, stop, options.nprobe) if trained else None
+        parts = [client.submit(search_shard, shard, queries, start, stop, width * rerank, cells) for shard in shards]
+        rescore = (queries, corpus, start, stop) if rerank > 1 else None
+        in_flight.append((block, client.submit(merge_block, width, rescore, *parts)))
 
     pending = iter(blocks)
     for block in pending:
@@ -211,14 +238,15 @@ def distributed_knn(
         merged.release()
         if (following := next(pending, None)) is not None:
             submit(following)
-    for shard in shards:
-        shard.release()
+    for future in [*shards, *([trained] if trained is not None else [])]:
+        future.release()
     return best_scores, best_ids
 
 
-def place_shards(client: Client, corpus: Path, rows: int, shard_rows: int, options: IndexOptions) -> list[Any]:
+def place_shards(
+    client: Client, corpus: Path, rows: int, shard_rows: int, options: IndexOptions, trained: Any
+) -> list[Any]:
     """Futures of the corpus shards' indexes, spread round-robin over the workers (any worker if one dies)."""
-    trained = client.submit(train_ivfpq, corpus, options) if options.kind == "ivfpq" else None
     workers = sorted(client.scheduler_info()["workers"])
     return [
         client.submit(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +97,11 @@ def mine_on_cluster(
     options: IndexOptions | None = None,
 ) -> MinedPairs:
     """Mine pairs between two embedding ``.npy`` files, each side's search sharded across the cluster."""
-    fwd = distributed_knn(client, src, tgt, k, options=options, shard_rows=shard_rows)
-    bwd = distributed_knn(client, tgt, src, k, options=options, shard_rows=shard_rows)
+    with ThreadPoolExecutor(max_workers=2) as directions:  # both at once: one's training overlaps the other's work
+        searches = [
+            directions.submit(distributed_knn, client, queries, corpus, k, options=options, shard_rows=shard_rows)
+            for queries, corpus in ((src, tgt), (tgt, src))
+        ]
+        fwd, bwd = (search.result() for search in searches)
     neighbours = NeighbourLists(fwd[0], fwd[1], bwd[0], bwd[1])
     return mine_from_neighbours(neighbours, margin=margin, retrieval=retrieval)
