@@ -222,7 +222,9 @@ def distributed_knn(
 
     def submit(block: tuple[int, int]) -> None:
         start, stop = block
-        cells = client.submit(assign_block, trained, queries, start, stop, options.nprobe) if trained else None
+        cells = (
+            client.submit(assign_block, trained, queries, start, stop, options.nprobe) if trained is not None else None
+        )
         parts = [client.submit(search_shard, shard, queries, start, stop, width * rerank, cells) for shard in shards]
         rescore = (queries, corpus, start, stop) if rerank > 1 else None
         in_flight.append((block, client.submit(merge_block, width, rescore, *parts)))
