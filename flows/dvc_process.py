@@ -192,14 +192,20 @@ class PipelineProgress:
         update_progress_artifact(self.artifact_id, progress=progress, description=description)
 
 
+# The flow runs the pipeline up to the registration and holds the promotion gate itself (its `promote` field,
+# the project's lock and promote section), so the pipeline's own last stage, `promote`, is left out.
+LAST_FLOW_STAGE = "register"
+PROMOTE_STAGE = "promote"
+
+
 def run_experiment(workspace: Path, root: Path, name: str) -> dict[str, dict[str, Any]]:
     """``dvc exp run --name <name>`` in the workspace, each stage it runs or skips followed as a task;
     returns each stage's :func:`follow_stage` outcome, in the order DVC took them."""
     log = get_run_logger()
-    stages = run_checked(dvc_cmd("stage", "list", "--name-only"), workspace).split()
+    stages = [s for s in run_checked(dvc_cmd("stage", "list", "--name-only"), workspace).split() if s != PROMOTE_STAGE]
     progress = PipelineProgress(stages)
     env = tool_env(**stage_env(root, workspace))
-    dvc_run = DvcRun(["exp", "run", "--name", name], workspace, env)
+    dvc_run = DvcRun(["exp", "run", "--name", name, LAST_FLOW_STAGE], workspace, env)
     outcomes: dict[str, dict[str, Any]] = {}
     try:
         for line, _ in dvc_run.section():  # DVC's own lines before the first stage

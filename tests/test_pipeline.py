@@ -33,6 +33,7 @@ ALL_STAGES = [
     "evaluate_start",
     "evaluate",
     "register",
+    "promote",
 ]
 SENTENCES = ["The cat sits on the mat.", "Die Katze sitzt auf der Matte.", "El gato está en la alfombra."]
 
@@ -146,6 +147,11 @@ def test_trained_student_loads_locally_and_from_the_registry(project: Path, firs
 
     assert read_json(first_repro.outputs / "metrics/register.json")["tracking_uri"] == "sqlite:///mlflow.db"
     registered = read_registration(first_repro.outputs / "metrics/register.json", project)
+    # the main job ends with the gate's decision on the registered version (the champion when it passed)
+    promotion = read_json(first_repro.outputs / "metrics/promotion.json")
+    assert promotion["candidate"] == registered["model_version"] and promotion["reasons"]
+    assert promotion["decision"] in ("promoted", "refused")
+    assert promotion["champion"] == (registered["model_version"] if promotion["decision"] == "promoted" else None)
     mlflow.set_tracking_uri(registered["tracking_uri"])
     loaded = mlflow.sentence_transformers.load_model(registered["model_uri"])
     np.testing.assert_allclose(loaded.encode(SENTENCES, normalize_embeddings=True), local_vectors, atol=1e-5)
@@ -170,7 +176,7 @@ def test_train_param_change_reruns_only_train_evaluate_register(project: Path, f
     set_params(project, train={"steps": 4})
     rerun = run(["dvc", "repro"], project)
     # the starting student does not change with the step count: its adapter and evaluation are not redone
-    assert stages_run(rerun.stdout) == ["train", "evaluate", "register"]
+    assert stages_run(rerun.stdout) == ["train", "evaluate", "register", "promote"]
     assert read_json(project / "metrics/train.json")["steps"] == 4
 
 
@@ -190,7 +196,7 @@ def test_low_dimensional_student_runs_through_the_same_pipeline(project: Path, f
     rerun = run(["dvc", "repro"], project)
     # a new student and new loss weights compute no teacher embedding and re-read no data; the new
     # head makes a new starting student
-    assert stages_run(rerun.stdout) == ["train", "start_adapter", "evaluate_start", "evaluate", "register"]
+    assert stages_run(rerun.stdout) == ["train", "start_adapter", "evaluate_start", "evaluate", "register", "promote"]
     student = SentenceTransformer(str(project / "models/student"), device="cpu")
     assert student.encode(SENTENCES).shape == (3, 128)
     summary = read_json(project / "metrics/eval/summary.json")

@@ -3,6 +3,10 @@
 Reads ``register.tracking_uri`` / ``register.model_name`` and the ``promote`` section of
 params.yaml; flags override them. Prints the decision as JSON; exit status 0 whether the
 candidate was promoted or refused (``--strict``: 3 when refused).
+
+As the pipeline's last stage (``promote`` in dvc.yaml) it judges the version the register stage
+recorded (``--registration metrics/register.json``) and writes the decision and its reasons to
+``--output``, so ``dvc repro`` ends with a champion whenever the gate passes.
 """
 
 from __future__ import annotations
@@ -65,6 +69,12 @@ def registry_settings(params: str, tracking_uri: str | None, model_name: str | N
 @click.option("--tolerance", type=float, default=None, help="override promote.tolerance")
 @registry_options
 @click.option("--strict", is_flag=True, help=f"exit with status {REFUSED_STATUS} when refused")
+@click.option(
+    "--registration",
+    default=None,
+    help="judge the version this register.json records, in its store (the pipeline's promote stage)",
+)
+@click.option("--output", default=None, help="also write the decision JSON here")
 def command(
     version: str | None,
     margin: float | None,
@@ -73,11 +83,20 @@ def command(
     tracking_uri: str | None,
     model_name: str | None,
     strict: bool,
+    registration: str | None,
+    output: str | None,
 ) -> int:
     """Make the candidate version champion if it beats the champion (the promotion gate)."""
+    from xdistill.io import write_json_atomic
     from xdistill.registry.gate import PromoteConfig
     from xdistill.registry.promotion import promote
+    from xdistill.registry.register import read_registration
 
+    if registration is not None:
+        if version is not None or tracking_uri is not None or model_name is not None:
+            raise XdistillError("--registration names the version, its model and its store: give none of the three")
+        record = read_registration(registration)
+        version, tracking_uri, model_name = record["model_version"], record["tracking_uri"], record["model_name"]
     tracking_uri, model_name, section = registry_settings(params, tracking_uri, model_name)
     if margin is not None:
         section["margin"] = margin
@@ -85,4 +104,6 @@ def command(
         section["tolerance"] = tolerance
     result = promote(model_name, version, tracking_uri=tracking_uri, config=PromoteConfig.from_params(section))
     click.echo(json.dumps(result.as_dict(), indent=2))
+    if output is not None:
+        write_json_atomic(Path(output), result.as_dict())
     return REFUSED_STATUS if strict and result.decision == "refused" else 0

@@ -50,6 +50,7 @@ STUDENT_DIR = Path("models/student")
 METRICS_DIR = Path("metrics")
 SUMMARY_FILE = METRICS_DIR / "eval" / "summary.json"
 REGISTER_FILE = METRICS_DIR / "register.json"
+PROMOTION_FILE = METRICS_DIR / "promotion.json"  # the promote stage's decision on the registered version
 ARTIFACT_DIRS = ("plots", "reports", "metrics")
 MODEL_ARTIFACT_NAME = "student"
 # Logged with the model: MLflow derives the signature from it and the UI shows it.
@@ -242,11 +243,11 @@ def _score_tags(scores: Scores | None) -> dict[str, str]:
 
 
 def _metric_files(metrics_dir: Path) -> list[Path]:
-    """Every metrics JSON except register.json (this stage's own output)."""
+    """Every metrics JSON except register.json (this stage's own output) and promotion.json (the next stage's)."""
     if not metrics_dir.is_dir():
         return []
-    own = metrics_dir / REGISTER_FILE.name
-    return sorted(p for p in metrics_dir.rglob("*.json") if p != own and not p.name.startswith("."))
+    own = {metrics_dir / REGISTER_FILE.name, metrics_dir / PROMOTION_FILE.name}
+    return sorted(p for p in metrics_dir.rglob("*.json") if p not in own and not p.name.startswith("."))
 
 
 def _lineage_tags(root: Path) -> dict[str, str]:
