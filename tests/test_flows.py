@@ -53,7 +53,7 @@ def test_every_distill_parameter_renders_with_a_description_and_no_null_type() -
         "pypi:multilingual-e5-small",
     ]
     assert properties["train_steps"] == {**properties["train_steps"], "type": "integer", "exclusiveMinimum": 0}
-    assert properties["profile"]["enum"] == ["gpu", "gpu-fp16"]  # profiles/*.yaml
+    assert properties["profile"]["enum"] == ["gpu", "gpu-fp16", "multi-host"]  # profiles/*.yaml
     assert properties["train_processes"]["anyOf"] == [
         {"const": "auto", "type": "string"},
         {"minimum": 1, "type": "integer"},
