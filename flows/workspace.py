@@ -9,6 +9,11 @@ With ``resume_from``, an interrupted run's training checkpoints are copied in
 (:func:`seed_checkpoints`). ``dvc exp push <project> <experiment>`` stores the finished experiment in
 the project (:func:`push_experiment`): ``dvc exp show`` lists it and ``dvc exp apply <experiment>``
 restores it from the shared cache.
+
+Hosts that share no disk (docs/multi-host.md) set ``XDISTILL_EXP_REMOTE`` (the ``distill/remote`` deployment:
+``origin``, the git remote its pull step cloned): the workspace takes the project's DVC remote, experiment
+names are checked against that git remote too, and ``dvc exp push <remote> <experiment>`` sends the experiment
+there with its DVC data (no ``--no-cache``): ``dvc exp pull <remote> <experiment>`` brings it to any host.
 """
 
 from __future__ import annotations
@@ -30,6 +35,26 @@ from flows.retries import retry_unless_refused
 from xdistill.io import write_text_atomic
 from xdistill.params_file import check_stage_params, write_params
 from xdistill.profiles import apply_profile
+
+EXP_REMOTE_ENV = "XDISTILL_EXP_REMOTE"
+
+
+def experiment_remote(root: Path) -> str | None:
+    """The git remote experiments go to (``XDISTILL_EXP_REMOTE``: a remote of the project such as ``origin``,
+    or a URL), as a URL; None: the project itself (one host)."""
+    remote = os.environ.get(EXP_REMOTE_ENV, "").strip()
+    if not remote or "://" in remote or remote.startswith(("/", ".")):
+        return remote or None
+    try:
+        return run_checked(["git", "remote", "get-url", remote], root)
+    except RuntimeError:
+        raise ValueError(f"{EXP_REMOTE_ENV}={remote}: {root} has no git remote of that name") from None
+
+
+def remote_experiment_refs(url: str, root: Path) -> dict[str, str]:
+    """``{ref: commit}`` of the DVC experiments on git remote ``url``."""
+    lines = run_checked(["git", "ls-remote", url, "refs/exps/*"], root)
+    return {ref: commit for commit, ref in (line.split("\t", 1) for line in lines.splitlines()) if ref.count("/") >= 4}
 
 
 def project_root(path: str | None = None) -> Path:
@@ -58,9 +83,13 @@ def existing_experiments(root: Path) -> set[str]:
 
 
 def check_new_experiment(root: Path, name: str) -> None:
-    """Refuse an experiment name the project already holds (a run never saves over another's experiment)."""
+    """Refuse an experiment name the project (or the experiments' git remote) already holds: a run never saves
+    over another's experiment."""
     if name in existing_experiments(root):
         raise ValueError(f"DVC experiment '{name}' already exists in {root}: choose another name")
+    remote = experiment_remote(root)
+    if remote and name in {ref.rsplit("/", 1)[-1] for ref in remote_experiment_refs(remote, root)}:
+        raise ValueError(f"DVC experiment '{name}' already exists on {remote}: choose another name")
 
 
 @task(retries=2, retry_delay_seconds=5, retry_condition_fn=retry_unless_refused, task_run_name="prepare-workspace")
@@ -80,6 +109,9 @@ def prepare_workspace(root: str, name: str, workspace_parent: str | None = None)
         log.warning("%s has uncommitted changes: the run uses the last commit only", project)
     run_checked(["git", "clone", "--quiet", str(project), str(workspace)], parent)
     try:
+        if experiment_remote(project) and (project / ".dvc" / "config.local").is_file():
+            # the DVC remote (flows/services.py checkout writes it there): the experiment's data is pushed to it
+            shutil.copy(project / ".dvc" / "config.local", workspace / ".dvc" / "config.local")
         cache = run_checked(dvc_cmd("cache", "dir"), project)
         run_checked(dvc_cmd("cache", "dir", "--local", cache), workspace)
         # committed outputs come from the shared cache; missing ones come from the run cache or are rebuilt
@@ -189,23 +221,43 @@ def set_params(workspace: str, values: dict[str, Any], profile: str | None = Non
 
 @task(retries=2, retry_delay_seconds=5, retry_condition_fn=retry_unless_refused, task_run_name="push-experiment")
 def push_experiment(workspace: str, root: str, name: str) -> str:
-    """``dvc exp push <project> <name>``: the experiment's git ref into the project (the cache is shared).
+    """``dvc exp push <project> <name>``: the experiment's git ref into the project (the cache is shared); with
+    ``XDISTILL_EXP_REMOTE``, ``dvc exp push <remote> <name>``: the ref to that git remote, its data to the DVC remote.
 
     Never over another experiment of that name (pushed by a concurrent run since this one checked the name);
     a retry after a push that went through finds its own ref there and pushes nothing."""
     ws = Path(workspace)
+    remote = experiment_remote(Path(root))
     baseline = run_checked(["git", "rev-parse", "HEAD"], ws)
     ref = f"refs/exps/{baseline[:2]}/{baseline[2:]}/{name}"
     ours = run_checked(["git", "rev-parse", ref], ws)
-    there = {other: rev for other, rev in experiment_refs(Path(root)).items() if other.rsplit("/", 1)[-1] == name}
+    stored = remote_experiment_refs(remote, Path(root)) if remote else experiment_refs(Path(root))
+    there = {other: rev for other, rev in stored.items() if other.rsplit("/", 1)[-1] == name}
     if not there:
-        run_checked(dvc_cmd("exp", "push", "--no-cache", root, name), ws)
+        run_checked(
+            dvc_cmd("exp", "push", remote, name) if remote else dvc_cmd("exp", "push", "--no-cache", root, name), ws
+        )
     elif there != {ref: ours}:
         raise ValueError(
-            f"DVC experiment '{name}' appeared in {root} while this run trained (another run of that "
+            f"DVC experiment '{name}' appeared in {remote or root} while this run trained (another run of that "
             "name) and is not overwritten: run again under another experiment name (resume_from this "
             "run's workspace reuses its training)"
         )
+    if remote:
+        rev = remote_experiment_refs(remote, Path(root)).get(ref, "")
+        if rev != ours:
+            raise RuntimeError(
+                f"dvc exp push {remote} {name}: the remote holds {rev or 'no'} commit for {ref}, not {ours}"
+            )
+        get_run_logger().info(
+            "DVC experiment '%s' (%s) and its data pushed to %s: `dvc exp pull %s %s` brings it to any host",
+            name,
+            rev[:7],
+            remote,
+            remote,
+            name,
+        )
+        return rev
     rev = run_checked(["git", "rev-parse", ref], Path(root))
     get_run_logger().info(
         "DVC experiment '%s' (%s) saved in %s: `dvc exp show` lists it, `dvc exp apply %s` restores it",

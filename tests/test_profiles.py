@@ -123,7 +123,8 @@ def test_a_value_of_another_kind_an_unknown_name_and_a_non_mapping_are_refused(p
         with pytest.raises(XdistillError, match=rf"profile {project / 'bad.yaml'}: .*{problem}"):
             apply_profile(params_file, str(project / "bad.yaml"))
     with pytest.raises(
-        XdistillError, match=r"unknown profile 'gpu-bf16': no .*gpu-bf16.yaml \(profiles there: gpu, gpu-fp16\)"
+        XdistillError,
+        match=r"unknown profile 'gpu-bf16': no .*gpu-bf16.yaml \(profiles there: gpu, gpu-fp16, multi-host\)",
     ):
         apply_profile(params_file, "gpu-bf16")
     assert params_file.read_text(encoding="utf-8") == PARAMS

@@ -613,8 +613,9 @@ def test_promotion_through_a_tracking_server(tmp_path: Path, monkeypatch: pytest
         assert _alias(uri) == v1 and _tags(uri, v2)[DECISION_TAG] == "refused"
         lock = promotion_lock_path(uri)  # one per server, wherever a promoter runs
         assert lock.parent == tmp_path / "cache" / "locks" and lock.name.startswith("127.0.0.1_")
-        assert lock.is_file() and promotion_lock_path(uri + "/") == lock
-        monkeypatch.chdir(tmp_path / "cache")
+        assert not lock.exists()  # promotions through a server hold the server's own lock, not this file
+        assert promotion_lock_path(uri + "/") == lock
+        monkeypatch.chdir(tmp_path)  # the same path from another folder
         assert promotion_lock_path(uri) == lock
         assert promotion_lock_path("http://127.0.0.1:1/") != lock
         secret = promotion_lock_path(f"http://user:s3cret@127.0.0.1:{port}")  # no password in a file name
