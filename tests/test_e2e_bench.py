@@ -21,6 +21,7 @@ ALL_STAGES = [
     "evaluate_start",
     "evaluate",
     "register",
+    "promote",
 ]
 
 
@@ -38,7 +39,7 @@ def test_bench_e2e_tiny_measures_cold_warm_noop_and_train_change(tmp_path: Path)
     cold, warm, noop, retrain = (row["details"] for row in json.loads(rows_file.read_text()))
     assert cold["stages_run"] == ALL_STAGES
     assert noop["stages_run"] == [] and noop["wall_s"] < cold["wall_s"]
-    assert retrain["stages_run"] == ["train", "evaluate", "register"]
+    assert retrain["stages_run"] == ["train", "evaluate", "register", "promote"]
     # a new workspace on warm caches computes less than a cold one
     assert len(warm["stages_run"]) < len(ALL_STAGES) or warm["wall_s"] < cold["wall_s"]
     # its teacher store, copied from the shared store, holds the files the cold one encoded (the

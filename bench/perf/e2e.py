@@ -9,7 +9,7 @@ time and the peak resident memory of its largest process:
 2. warm caches: a second fresh workspace sharing the first one's DVC cache (and run cache) and
    the model cache, as a new clone on the same machine would;
 3. nothing changed: ``dvc repro`` again;
-4. one ``train.*`` param changed: train, evaluate and register re-run.
+4. one ``train.*`` param changed: train, evaluate, register and promote re-run.
 
 Rows 2-4 are compared with row 1 (the reference): the ratio is the speed-up over a cold run.
 
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             cold,
         ),
         row(f"dvc repro, nothing changed ({size})", noop, cold),
-        row(f"dvc repro after a train.steps change ({size}; train, evaluate, register re-run)", retrain, cold),
+        row(f"dvc repro after a train.steps change ({size}; train, evaluate, register, promote re-run)", retrain, cold),
     ]
     rows[0].details["stages_run"] = cold["stages_run"]
     rows[0].details["threads"] = os.cpu_count()
