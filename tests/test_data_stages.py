@@ -517,3 +517,12 @@ def test_missing_source_file_and_bad_source_config_fail_clearly(tmp_path, tiny_r
         run_parallel(raw, tmp_path, sources=[{**missing, "format": "opus_sample", "english_side": "en"}])
     with pytest.raises(XdistillError, match=r"\[multi30k\]: source_column must be 0 or 1"):
         run_parallel(raw, tmp_path, sources=[{**missing, "format": "dictionary", "source_column": 2}])
+
+
+def test_a_parallel_run_that_keeps_no_training_pair_fails_with_the_reason(tmp_path, tiny_raw):
+    """Every pair filtered out (no sentence is one character long): the stage fails, naming why, and
+    writes nothing, instead of exiting 0 with an empty train file that training then reads."""
+    raw, _ = tiny_raw
+    with pytest.raises(XdistillError, match=r"parallel: 0 training pairs for languages de, es .* after cleaning"):
+        run_parallel(raw, tmp_path, cleaning={**DEDUP, "max_chars": 1})
+    assert not (tmp_path / "data/parallel/train.tsv.gz").exists()

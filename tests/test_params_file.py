@@ -111,6 +111,28 @@ def test_every_stage_setting_is_checked_before_the_run_starts(tmp_path: Path, re
         },
         "margin": {"promote": {**committed["promote"], "margin": -1}},
         "evaluate.mining_k must be >= 1": {"evaluate": {**committed["evaluate"], "mining_k": 0}},
+        # the hostile-user probes: each was accepted, or failed only after the data and model were loaded
+        "train.weight_decay must be >= 0, got -0.1": {"train": {**committed["train"], "weight_decay": -0.1}},
+        "train.learning_rate must be > 0, got 0": {"train": {**committed["train"], "learning_rate": 0}},
+        "train.learning_rate must be > 0, got -1e-05": {"train": {**committed["train"], "learning_rate": -1e-5}},
+        "train.learning_rate: Input should be a finite number": {
+            "train": {**committed["train"], "learning_rate": float("nan")}
+        },
+        "train.collapse_threshold must be < 1, got 5": {"train": {**committed["train"], "collapse_threshold": 5}},
+        "train.steps: expected a number, got the boolean true": {"train": {**committed["train"], "steps": True}},
+        "train.device must be one of": {"train": {**committed["train"], "device": "gpu0"}},
+        "teacher_embed.device: unknown device 'gpu0'": {
+            "teacher_embed": {**committed["teacher_embed"], "device": "gpu0"}
+        },
+        "train.student.lora.dropout must be < 1, got 1.0": {
+            "train": {**committed["train"], "student": {**committed["train"]["student"], "lora": {"dropout": 1.0}}}
+        },
+        "parallel.cleaning.lid_min_confidence must be <= 1, got 2": {
+            "parallel": {
+                **committed["parallel"],
+                "cleaning": {**committed["parallel"]["cleaning"], "lid_min_confidence": 2},
+            }
+        },
     }
     for message, change in refused.items():
         with pytest.raises(ValueError, match=rf"params.yaml: .*{re.escape(message)}"):

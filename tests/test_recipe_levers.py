@@ -287,7 +287,7 @@ def test_interpolation_ends_reproduce_the_start_and_the_trained_student(setup: d
         assert result.interpolation["alpha"] == alpha
         ends[alpha] = _encode(model)
     _, plain = _train(setup, tmp_path / "plain", **common)
-    _, start = _train(setup, tmp_path / "start", **{**common, "steps": 1, "learning_rate": 0.0})
+    _, start = _train(setup, tmp_path / "start", **{**common, "steps": 1, "learning_rate": 1e-30})
     np.testing.assert_allclose(ends[1.0], _encode(plain), atol=1e-5)  # a = 1: the trained student
     np.testing.assert_allclose(ends[0.0], _encode(start), atol=1e-5)  # a = 0: the student as training started
     assert not np.allclose(ends[0.0], ends[1.0], atol=1e-3)

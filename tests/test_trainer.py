@@ -615,9 +615,10 @@ def test_low_dimensional_student_with_feature_distillation(setup: dict[str, Path
 
 
 def test_early_stopping_and_best_checkpoint(setup: dict[str, Path], tmp_path: Path) -> None:
-    # learning rate 0: dev MSE never improves after the first evaluation
+    # a learning rate too small to move a float32 weight (0 is refused): dev MSE never improves after the
+    # first evaluation
     params = tiny_train_params(
-        steps=10, learning_rate=0.0, eval_every=1, early_stopping_patience=2, checkpoint_every=100
+        steps=10, learning_rate=1e-30, eval_every=1, early_stopping_patience=2, checkpoint_every=100
     )
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
     result = train_student(

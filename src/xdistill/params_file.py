@@ -75,11 +75,15 @@ def _check_same_kind(key: str, current: Any, value: Any, params_file: Path) -> N
 
 def check_stage_params(params: dict[str, Any], params_file: Path) -> None:
     """Build every stage's settings from the run's params before `dvc exp run`: a value the stage would refuse
-    (every loss weight 0, a batch that grad_accumulation does not divide, a negative promotion margin) fails
-    the run now, with the stage's own message, not when that stage starts."""
+    (every loss weight 0, a batch that grad_accumulation does not divide, a negative promotion margin, a
+    learning rate of 0, an unknown device) fails the run now, with the stage's own message, not when that
+    stage starts."""
+    from xdistill.config import parse_section
+    from xdistill.data.parallel import ParallelConfig
     from xdistill.evaluation.settings import EvaluationSettings
     from xdistill.registry.gate import PromoteConfig
     from xdistill.registry.register import RegisterConfig
+    from xdistill.teacher.embed import TeacherEmbedSettings
     from xdistill.training.settings import RuntimeSettings, TrainParams
     from xdistill.training.student import StudentConfig
 
@@ -90,6 +94,9 @@ def check_stage_params(params: dict[str, Any], params_file: Path) -> None:
                 str((params.get("models") or {}).get("student", "")), train.student, train.max_seq_length
             )
             train.check_world_size(1)
+        if "parallel" in params:
+            ParallelConfig.from_params(params["parallel"])
+        parse_section(TeacherEmbedSettings, params.get("teacher_embed"), "teacher_embed")
         if "evaluate" in params:
             EvaluationSettings.from_params(params["evaluate"], params.get("languages") or [])
         RuntimeSettings.from_params(params.get("runtime"))

@@ -13,14 +13,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 
 from xdistill.adapter.model import STUDENT_DIGEST, TeacherSpaceAdapter
-from xdistill.config import SECTION_CONFIG, parse_section
+from xdistill.config import SECTION_CONFIG, Count, NonNegativeFloat, NonNegativeInt, PositiveFloat, parse_section
 from xdistill.errors import XdistillError
 from xdistill.training.losses import in_batch_ranking_loss, same_source_mask
 from xdistill.training.tokenized import Featurizer, TokenizedPairs
@@ -37,24 +38,18 @@ class AdapterSettings:
 
     __pydantic_config__ = SECTION_CONFIG
 
-    pairs: int = 0  # training pairs (both sides) the adapter is fitted on; 0 = no adapter
-    hidden: int = 1536
-    epochs: int = 20
-    batch_pairs: int = 256
-    learning_rate: float = 1e-3
-    ranking: float = 1.0  # weight of the in-batch ranking loss beside the MSE
-    scale: float = 20.0  # inverse temperature of the ranking loss's cosine logits
+    pairs: NonNegativeInt = 0  # training pairs (both sides) the adapter is fitted on; 0 = no adapter
+    hidden: Count = 1536
+    epochs: Count = 20
+    batch_pairs: Annotated[int, Field(ge=2)] = 256  # the ranking loss needs another pair to rank against
+    learning_rate: PositiveFloat = 1e-3
+    ranking: NonNegativeFloat = 1.0  # weight of the in-batch ranking loss beside the MSE
+    scale: PositiveFloat = 20.0  # inverse temperature of the ranking loss's cosine logits
     seed: int = 0
 
     @classmethod
     def from_params(cls, section: dict | None) -> AdapterSettings:
         return parse_section(cls, section, "train.teacher_adapter")
-
-    def __post_init__(self) -> None:
-        if self.pairs < 0 or self.hidden < 1 or self.epochs < 1 or self.batch_pairs < 2:
-            raise XdistillError(
-                f"params train.teacher_adapter: pairs >= 0, hidden and epochs >= 1, batch_pairs >= 2 (got {self})"
-            )
 
     @property
     def enabled(self) -> bool:

@@ -29,11 +29,12 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
+from pydantic import Field
 from xxhash import xxh3_64_intdigest
 
-from xdistill.config import SECTION_CONFIG, parse_section
+from xdistill.config import SECTION_CONFIG, Count, Fraction, NonNegativeInt, parse_section
 from xdistill.data.formats import Triple
 from xdistill.data.normalize import holds_evaluation_sentence, normalize_text
 from xdistill.errors import XdistillError
@@ -61,15 +62,15 @@ def ratio_length(text: str) -> int:
 class CleaningConfig:
     """Knobs of the chain (the ``parallel.cleaning`` params section)."""
 
-    max_chars: int | None = 500
-    max_tokens: int | None = None
+    max_chars: Count | None = 500
+    max_tokens: Count | None = None
     tokenizer: str | None = None
-    max_length_ratio: float | None = 3.0
-    ratio_min_chars: int = 12
+    max_length_ratio: Annotated[float, Field(ge=1)] | None = 3.0  # longer side / shorter side
+    ratio_min_chars: NonNegativeInt = 12
     dedup_bits_log2: int = 28
     language_id: bool = False
-    lid_min_chars: int = 20
-    lid_min_confidence: float = 0.9
+    lid_min_chars: NonNegativeInt = 20
+    lid_min_confidence: Fraction = 0.9
 
     __pydantic_config__ = SECTION_CONFIG
 

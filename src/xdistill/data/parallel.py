@@ -33,7 +33,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from xdistill.config import SECTION_CONFIG, parse_section
+from xdistill.config import SECTION_CONFIG, Count, Fraction, NonNegativeInt, PositiveFloat, parse_section
 from xdistill.data import report as data_report
 from xdistill.data.clean import Cleaner, CleaningConfig
 from xdistill.data.decontaminate import evaluation_sentences
@@ -54,19 +54,15 @@ class _ParallelSettings:
 
     __pydantic_config__ = SECTION_CONFIG
 
-    dev_pairs_per_language: int = 200
-    dev_mining_block: int = 0
-    max_train_pairs: int | None = None
-    max_repeats: float = 2.0
-    max_bad_share: float = 0.01
+    dev_pairs_per_language: NonNegativeInt = 200
+    dev_mining_block: NonNegativeInt = 0
+    max_train_pairs: Count | None = None
+    max_repeats: PositiveFloat = 2.0
+    max_bad_share: Fraction = 0.01
     seed: int = 13
     # the STS Benchmark's train split counts as evaluation data (its sentences are never trained on)
     # unless this is off; a stsb_multi_mt source needs it off (xdistill.data.eval_formats.evaluation_files)
     decontaminate_train_splits: bool = True
-
-    def __post_init__(self) -> None:
-        if self.dev_pairs_per_language < 0 or self.dev_mining_block < 0:
-            raise XdistillError("params parallel: dev_pairs_per_language and dev_mining_block must be >= 0")
 
 
 @dataclass(kw_only=True)
@@ -158,6 +154,7 @@ def build_parallel(
         available, overlap = _count_available(spools, held, dev_keys)
         plan = _plan(config, spools, available)
         written = _write_train(train_tmp, spools, plan, available, held, rng)
+        _refuse_empty_training(written, spools, held, raw_dir, languages)
         write_parallel_tsv(dev_tmp, (row for _, row in dev_rows))
         write_parallel_tsv(mining_tmp, (row for _, row in block_rows))
     report = data_report.assemble(
@@ -179,6 +176,21 @@ def build_parallel(
         len(block_rows),
     )
     return report
+
+
+def _refuse_empty_training(written, spools, held, raw_dir: Path, languages: list[str]) -> None:
+    """A stage that wrote no training pair must fail with the reason, not hand the trainer an empty file
+    (raised inside the atomic writes, so the previous outputs stay)."""
+    if sum(written.values()):
+        return
+    cleaned = sum(spool.count for spool in spools.values())
+    held_out = sum(len(rows) for rows in held.values())
+    raise XdistillError(
+        f"parallel: 0 training pairs for languages {', '.join(languages)} from {raw_dir}: {len(spools)} "
+        f"source/language files gave {cleaned} pairs after cleaning, {held_out} of them held out as dev pairs "
+        "or for sharing a sentence with one; check parallel.sources (files, languages), parallel.cleaning "
+        "and parallel.dev_pairs_per_language"
+    )
 
 
 def _count_by_source(rows: list[tuple[int, tuple[str, str, str, str]]]) -> dict[tuple[str, str], int]:

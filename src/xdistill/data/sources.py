@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from xdistill.config import SECTION_CONFIG, parse_section
+from xdistill.config import SECTION_CONFIG, Count, NonNegativeFloat, parse_section
 from xdistill.data import formats
 from xdistill.data.languages import expand
 from xdistill.errors import InputFileError, XdistillError
@@ -32,7 +32,7 @@ class SourceSpec:
     name: str
     format: str
     files: str
-    weight: float = 1.0
+    weight: NonNegativeFloat = 1.0
     languages: list[str] | None = None
     dev: bool = True  # may contribute held-out dev pairs (off for word lists)
     # may supply the dev mining blocks: its last parallel.dev_mining_block cleaned pairs of each
@@ -44,7 +44,7 @@ class SourceSpec:
     exclude_testsets: list[str] = field(default_factory=list)  # wmt
     source_column: int = 0  # dictionary: column holding the English word
     header: bool = False  # dictionary: first line is a header (FreeDict)
-    max_words: int | None = None  # dictionary: drop entries longer than this many words
+    max_words: Count | None = None  # dictionary: drop entries longer than this many words
 
     __pydantic_config__ = SECTION_CONFIG
 
@@ -58,8 +58,6 @@ class SourceSpec:
             raise XdistillError(
                 f"parallel.sources[{self.name}]: unknown format '{self.format}' (one of {', '.join(FORMATS)})"
             )
-        if self.weight < 0:
-            raise XdistillError(f"parallel.sources[{self.name}]: weight must be >= 0")
         if self.english_side not in ("src", "trg"):
             raise XdistillError(
                 f"parallel.sources[{self.name}]: english_side must be 'src' or 'trg', not {self.english_side!r}"

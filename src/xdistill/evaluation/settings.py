@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from xdistill.config import SECTION_CONFIG, parse_section
+from pydantic import Field
+
+from xdistill.config import SECTION_CONFIG, Count, parse_section
 from xdistill.errors import XdistillError
 from xdistill.mining.margin import MARGINS, RETRIEVALS
 from xdistill.models.precision import DEFAULT_PRECISION, check_precision
@@ -32,7 +34,7 @@ class EvaluationSettings:
 
     languages: list[str]
     benchmarks: list[str] = field(default_factory=lambda: list(BENCHMARK_GROUPS))
-    batch_size: int = 64
+    batch_size: Count = 64
     sts17_max_pairs: int | None = None
     stsb_max_pairs: int | None = 300
     tatoeba_max_pairs: int | None = 1000
@@ -40,13 +42,13 @@ class EvaluationSettings:
     dev_max_pairs: int | None = 200
     mining_flores: bool = True
     mining_seed: int = 13
-    mining_repeats: int = 1
-    mining_gold_share: float = 0.05
-    mining_k: int = 4
+    mining_repeats: Count = 1
+    mining_gold_share: Annotated[float, Field(gt=0, le=1)] = 0.05
+    mining_k: Count = 4
     mining_margin: str = "ratio"
     mining_retrieval: str = "max"
     bucc_dir: str | None = None
-    pca_sentences: int = 12
+    pca_sentences: Count = 12
     muse: bool = True
     precision: str = "fp32"  # the models' number format on a GPU: fp32 | fp16 | bf16 (xdistill.models.precision)
 
@@ -63,8 +65,6 @@ class EvaluationSettings:
             raise XdistillError(
                 f"params evaluate.benchmarks: unknown {', '.join(bad)}; choose from {', '.join(BENCHMARK_GROUPS)}"
             )
-        if self.mining_repeats < 1:
-            raise XdistillError(f"params evaluate.mining_repeats must be >= 1, got {self.mining_repeats}")
         for name, least in MAX_PAIRS_LEAST.items():
             value = getattr(self, name)
             if value is not None and value < least:
@@ -74,8 +74,6 @@ class EvaluationSettings:
 
     def _check_mining(self) -> None:
         """The mining settings, here and not where mining reads them: that comes after minutes of encoding."""
-        if self.mining_k < 1:
-            raise XdistillError(f"params evaluate.mining_k must be >= 1, got {self.mining_k}")
         for name, allowed in (("mining_margin", MARGINS), ("mining_retrieval", RETRIEVALS)):
             value = getattr(self, name)
             if value not in allowed:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 MUSE_DIMENSION = 512
+logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -31,8 +33,16 @@ class Encoder(Protocol):
     def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray: ...
 
 
+# A token covers at least a quarter of a character (byte-level BPE splits a 4-byte character into at most
+# 4 tokens): a text of fewer than (limit - 2) / 4 characters cannot be truncated, and is not tokenised twice.
+MAX_TOKENS_PER_CHAR = 4
+
+
 class SentenceTransformerEncoder:
-    """Wraps ``SentenceTransformer.encode``: normalised numpy output, the model's default prompt applied."""
+    """Wraps ``SentenceTransformer.encode``: normalised numpy output, the model's default prompt applied.
+
+    Texts longer than the model reads (``max_seq_length`` tokens) are embedded from their beginning, as
+    sentence-transformers does; :attr:`truncated` counts them and each call that cut one logs how many."""
 
     def __init__(self, model: SentenceTransformer, spec: str) -> None:
         self.model = model
@@ -40,11 +50,13 @@ class SentenceTransformerEncoder:
         dimension = model.get_embedding_dimension()
         assert dimension is not None  # None only for a model without a pooling or output module
         self.dimension = int(dimension)
+        self.truncated = 0
 
     def encode(self, texts: Sequence[str], batch_size: int = 64, show_progress_bar: bool = False) -> np.ndarray:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        self._count_truncated(texts)
         vectors = self.model.encode(
             texts,
             batch_size=batch_size,
@@ -53,6 +65,26 @@ class SentenceTransformerEncoder:
             convert_to_numpy=True,
         )
         return np.asarray(vectors, dtype=np.float32)
+
+    def _count_truncated(self, texts: list[str]) -> None:
+        limit = self.model.max_seq_length
+        tokenizer = getattr(self.model, "tokenizer", None)
+        if not limit or tokenizer is None:
+            return
+        long = [text for text in texts if len(text) * MAX_TOKENS_PER_CHAR + 2 > limit]
+        if not long:
+            return
+        lengths = tokenizer(long, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+        cut = sum(len(ids) > limit for ids in lengths)
+        if cut:
+            self.truncated += cut
+            logger.warning(
+                "%s: %d of %d texts are longer than the %d tokens it reads; each was embedded from its beginning",
+                self.spec,
+                cut,
+                len(texts),
+                limit,
+            )
 
 
 class MuseEncoder:

@@ -33,6 +33,18 @@ def check_precision(value: object, setting: str) -> str:
     return str(value)
 
 
+def check_device(value: str, setting: str) -> str:
+    """``value`` when torch reads it as a device (``cpu``, ``cuda``, ``cuda:1``, ...); else a clear error naming
+    ``setting``, before any data is read."""
+    import torch
+
+    try:
+        torch.device(value)
+    except (RuntimeError, ValueError, TypeError):
+        raise XdistillError(f"params {setting}: unknown device {value!r}; use cpu, cuda or cuda:<index>") from None
+    return value
+
+
 def require_gpu_for_half(precision: str, device: object, setting: str) -> None:
     """Refuse a half ``precision`` on anything but a CUDA ``device`` (a string or a ``torch.device``)."""
     device_type = str(getattr(device, "type", device)).split(":", 1)[0]

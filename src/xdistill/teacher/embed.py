@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from xdistill.config import SECTION_CONFIG, parse_section
+from xdistill.config import SECTION_CONFIG, Count, parse_section
 from xdistill.data.parallel_tsv import read_parallel_pairs
 from xdistill.errors import InputFileError, XdistillError
-from xdistill.models.precision import DEFAULT_PRECISION, check_precision, require_gpu_for_half
+from xdistill.models.precision import DEFAULT_PRECISION, check_device, check_precision, require_gpu_for_half
 from xdistill.teacher.store import (
     INDEX_FILE,
     TeacherStore,
@@ -300,17 +300,16 @@ class TeacherEmbedSettings:
 
     __pydantic_config__ = SECTION_CONFIG
 
-    batch_size: int = 128  # sentences per forward pass
+    batch_size: Count = 128  # sentences per forward pass
     device: str | None = None  # null: cuda when present, else cpu
-    commit_rows: int = 16384  # new vectors are committed to the store every this many sentences
+    commit_rows: Count = 16384  # new vectors are committed to the store every this many sentences
     shared_store: bool = False  # also read and add to shared_store_dir()
     precision: str = DEFAULT_PRECISION  # fp32 | fp16 | bf16: the teacher's number format (half: cuda only)
 
     def __post_init__(self) -> None:
         check_precision(self.precision, PRECISION_SETTING)
-        for key in ("batch_size", "commit_rows"):
-            if getattr(self, key) < 1:
-                raise XdistillError(f"params teacher_embed.{key}: must be at least 1 (got {getattr(self, key)})")
+        if self.device is not None:
+            check_device(self.device, "teacher_embed.device")
 
 
 def build_teacher_store(

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from xdistill.config import SECTION_CONFIG, parse_section
+from pydantic import Field
+
+from xdistill.config import SECTION_CONFIG, Count, NonNegativeFloat, NonNegativeInt, PositiveFloat, parse_section
 from xdistill.errors import XdistillError
 from xdistill.training.losses import LossConfig
 from xdistill.training.validation import DEV_MINING_THRESHOLDS, SELECTION_METRICS, DevScoreWeights
@@ -29,33 +31,36 @@ class TrainParams:
     """The ``train`` section of params.yaml (see the comments there)."""
 
     seed: int = 42
-    steps: int = 200
-    batch_size: int = 32
-    grad_accumulation: int = 1
-    learning_rate: float = 5e-5
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
-    max_seq_length: int = 64
+    steps: Count = 200
+    batch_size: Count = 32
+    grad_accumulation: Count = 1
+    learning_rate: PositiveFloat = 5e-5
+    weight_decay: NonNegativeFloat = 0.01
+    warmup_ratio: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    max_grad_norm: PositiveFloat = 1.0  # clipping to norm 0 would zero every gradient
+    max_seq_length: Count = 64  # also within the student's positions (checked when it loads)
     device: str = "cpu"  # the kind of device that trains: cpu or cuda (which GPUs, and how many: runtime)
     precision: str = "fp32"  # autocast of the training steps: fp32, bf16 or fp16 (cuda, with a gradient scaler)
-    eval_every: int = 50
-    checkpoint_every: int = 50
-    early_stopping_patience: int | None = 3
+    eval_every: Count = 50
+    checkpoint_every: Count = 50
+    early_stopping_patience: Count | None = 3  # 0 would stop at the first evaluation even when it improved
     selection_metric: str = "dev_score"
     dev_score_weights: dict[str, float] = field(default_factory=dict)
     dev_mining_threshold: str = "oracle"  # "oracle" | "transfer" (validation.dev_mining_f1)
     interpolation: list[float] | None = None
     interpolation_from: str = "start"  # "start": the student as training started; "base": the untrained base
-    interpolation_tolerance: float = 0.0  # export the smallest a within this much of the best (interpolation.py)
+    interpolation_tolerance: NonNegativeFloat = (
+        0.0  # export the smallest a within this much of the best (interpolation.py)
+    )
     export_rotation: bool = False  # rotate the exported student onto the teacher's space (alignment.py)
     teacher_adapter: dict[str, Any] = field(default_factory=dict)  # a teacher-space output (adapter/fit.py)
-    collapse_threshold: float = 0.95
-    train_max_pairs: int | None = None
-    dev_max_pairs: int | None = 500
-    dev_sts_max_pairs: int | None = 300
-    eval_batch_size: int = 128
-    align_pairs: int = 4096  # pairs used to fit the head (student.align_to_teacher)
+    # above 1 the guard could never fire (a cosine is at most 1)
+    collapse_threshold: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    train_max_pairs: Count | None = None
+    dev_max_pairs: Count | None = 500
+    dev_sts_max_pairs: NonNegativeInt | None = 300
+    eval_batch_size: Count = 128
+    align_pairs: Count = 4096  # pairs used to fit the head (student.align_to_teacher)
     student: dict[str, Any] = field(default_factory=dict)
     loss: dict[str, Any] = field(default_factory=lambda: {"mse": 1.0})
 
@@ -89,8 +94,6 @@ class TrainParams:
             raise XdistillError("params train.precision fp16 needs train.device cuda (use bf16 or fp32 on a CPU)")
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch_size < 1 or self.grad_accumulation < 1:
-            raise XdistillError("params train: steps, batch_size and grad_accumulation must be >= 1")
         if self.batch_size % self.grad_accumulation:
             raise XdistillError(
                 f"params train: batch_size {self.batch_size} is not a multiple of grad_accumulation "
@@ -99,27 +102,9 @@ class TrainParams:
         LossConfig.from_mapping(self.loss)  # the weights too, before the data and the model are loaded
         if self.selection_metric not in SELECTION_METRICS:
             raise XdistillError(f"params train.selection_metric must be one of {sorted(SELECTION_METRICS)}")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise XdistillError("params train.warmup_ratio must be in [0, 1)")
         self._check_placement()
-        for key in ("max_seq_length", "eval_batch_size", "train_max_pairs", "dev_max_pairs"):
-            value = getattr(self, key)
-            if value is not None and value < 1:  # caught here, not after the data and the model are loaded
-                raise XdistillError(
-                    f"params train.{key} must be >= 1{' or null' if key.endswith('pairs') else ''}, got {value}"
-                )
         if self.selection_metric == "dev_sts" and self.dev_sts_max_pairs == 0:
             raise XdistillError("params train.selection_metric dev_sts needs STS dev pairs (dev_sts_max_pairs is 0)")
-        if self.eval_every < 1 or self.checkpoint_every < 1 or self.align_pairs < 1:
-            raise XdistillError("params train: eval_every, checkpoint_every and align_pairs must be >= 1")
-        if self.early_stopping_patience is not None and self.early_stopping_patience < 1:
-            # 0 would stop at the first evaluation even when it improved
-            raise XdistillError(
-                f"params train.early_stopping_patience must be >= 1 or null (never stop early), "
-                f"got {self.early_stopping_patience}"
-            )
-        if not self.max_grad_norm > 0:  # clipping to norm 0 zeroes every gradient
-            raise XdistillError(f"params train.max_grad_norm must be > 0, got {self.max_grad_norm}")
         DevScoreWeights.from_params(self.dev_score_weights)
         if self.dev_mining_threshold not in DEV_MINING_THRESHOLDS:
             raise XdistillError(
@@ -130,10 +115,6 @@ class TrainParams:
             from xdistill.training.interpolation import check_alphas
 
             check_alphas(self.interpolation)
-        if self.interpolation_tolerance < 0:
-            raise XdistillError(
-                f"params train.interpolation_tolerance must be >= 0, got {self.interpolation_tolerance}"
-            )
         from xdistill.adapter.fit import AdapterSettings
 
         AdapterSettings.from_params(self.teacher_adapter)

@@ -32,13 +32,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import torch
+from pydantic import Field
 from sentence_transformers import SentenceTransformer
 from torch import nn
 
-from xdistill.config import SECTION_CONFIG, parse_section
+from xdistill.config import SECTION_CONFIG, Count, NonNegativeInt, PositiveFloat, parse_section
 from xdistill.errors import XdistillError
 from xdistill.io import atomic_path
 from xdistill.models.backbone import transformer_backbone
@@ -58,19 +59,18 @@ HEAD_FITS = ("procrustes", "least_squares", "pca")
 LAYER_SELECTIONS = ("first", "spread")
 
 
+DropoutRate = Annotated[float, Field(ge=0, lt=1)]  # a dropout of 1 would drop every activation
+
+
 @dataclass(frozen=True)
 class LoraSettings:
     """``train.student.lora``: low-rank adapters (Hu et al. 2021) through peft."""
 
     __pydantic_config__ = SECTION_CONFIG
 
-    rank: int = 16
-    alpha: float = 32.0
-    dropout: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.rank < 1 or self.alpha <= 0 or not 0.0 <= self.dropout < 1.0:
-            raise XdistillError(f"params train.student.lora: rank >= 1, alpha > 0, 0 <= dropout < 1; got {self}")
+    rank: Count = 16
+    alpha: PositiveFloat = 32.0
+    dropout: DropoutRate = 0.0
 
 
 @dataclass(frozen=True)
@@ -80,16 +80,16 @@ class StudentConfig:
     __pydantic_config__ = SECTION_CONFIG
 
     spec: str
-    keep_layers: int | None = None
+    keep_layers: Count | None = None
     # Which layers keep_layers keeps: "first" (layers 1..k) or "spread" (k layers evenly spaced,
     # the last one included, so the kept stack still ends with the layer that shaped the base
     # model's output space).
     layer_selection: str = "first"
     freeze_word_embeddings: bool = True
-    output_dim: int | None = None
+    output_dim: Count | None = None
     max_seq_length: int = 128
     # None keeps the base model's dropout; 0.0 makes training deterministic across process counts.
-    dropout: float | None = None
+    dropout: DropoutRate | None = None
     # Start the Dense head in the teacher's space (see trainer.align_head_to_teacher): with
     # output_dim null the head maps to the teacher's dimension and starts as the orthogonal
     # Procrustes map onto the teacher; with a smaller output_dim it starts as the student's top
@@ -104,7 +104,7 @@ class StudentConfig:
     head_fit: str = "procrustes"
     # Freeze the embedding block and the first k transformer layers (0: only what
     # freeze_word_embeddings says).
-    freeze_layers: int = 0
+    freeze_layers: NonNegativeInt = 0
     # Compute the frozen block's output (embeddings and the first freeze_layers layers, without dropout) once per
     # training text and run each step from it through the upper layers only (xdistill.training.frozen_cache).
     cache_frozen: bool = False
@@ -135,8 +135,6 @@ class StudentConfig:
                 f"params train.student.layer_selection must be one of {list(LAYER_SELECTIONS)}, "
                 f"got {self.layer_selection!r}"
             )
-        if self.freeze_layers < 0:
-            raise XdistillError(f"params train.student.freeze_layers must be >= 0, got {self.freeze_layers}")
         if self.cache_frozen and self.freeze_layers < 1:
             raise XdistillError(
                 "params train.student.cache_frozen caches the frozen layers' output: set "
@@ -175,6 +173,16 @@ def head_dimension(config: StudentConfig, base_dim: int, teacher_dim: int | None
     return None
 
 
+def check_length_fits(max_seq_length: int, model: SentenceTransformer, spec: str) -> None:
+    """Refuse a ``train.max_seq_length`` beyond the positions the base encoder has: the tokenizer would
+    hand the model position ids it has no embedding for (an index error deep in a forward pass)."""
+    limit = model.max_seq_length
+    if limit is not None and max_seq_length > limit:
+        raise XdistillError(
+            f"params train.max_seq_length is {max_seq_length}, but the student {spec} reads at most {limit} tokens"
+        )
+
+
 def build_student(
     config: StudentConfig,
     device: str | torch.device = "cpu",
@@ -194,6 +202,7 @@ def build_student(
     # its own training inputs to config.max_seq_length, and the exported student must embed whole
     # inputs up to the base model's limit.
     model = load_sentence_transformer(config.spec)
+    check_length_fits(config.max_seq_length, model, config.spec)
     if config.keep_layers is not None:
         keep_layers(model, config.keep_layers, config.layer_selection)
     if config.dropout is not None:
