@@ -68,11 +68,13 @@ from flows.run_form import (
     run_params,
 )
 from flows.workspace import (
+    allowed_project,
+    allowed_resume_from,
+    allowed_workspace_parent,
     check_new_experiment,
     checkpoint_stamps,
     experiment_name,
     prepare_workspace,
-    project_root,
     push_experiment,
     release_workspace,
     seed_checkpoints,
@@ -126,28 +128,34 @@ def distill(
         overrides: Any other params.yaml value by dotted key, e.g.
             {"train.learning_rate": 3e-5, "parallel.max_train_pairs": 20000}. Wins over the fields above.
         promote: Run the promotion gate on the new model version (champion alias, or the refusal reason as tags).
-        project: The project checkout (default: XDISTILL_PROJECT_ROOT or the worker's working directory).
-        workspace_parent: Where the private workspace goes (default: next to the project).
+        project: The project checkout (default: XDISTILL_PROJECT_ROOT or the worker's working directory);
+            another one only if the worker lists it in XDISTILL_ALLOWED_PROJECTS.
+        workspace_parent: Where the private workspace goes (default: next to the project); a folder inside
+            the project's parent folder, or inside one the worker lists in XDISTILL_WORKSPACE_ROOTS.
         keep_workspace: Keep the private workspace afterwards (debugging). A run that ends unsaved
             (cancelled, interrupted or failed) after training wrote checkpoints keeps it anyway, for resume_from.
         resume_from: The workspace folder of an interrupted run (left behind when its process was
             killed): its training checkpoints seed this run, and the training resumes from its last
-            one when the settings and data are the same (otherwise it starts afresh).
+            one when the settings and data are the same (otherwise it starts afresh). Only a workspace
+            a distill run made, inside the folders allowed for workspace_parent.
     """
     log = get_run_logger()
-    root = project_root(project if is_set(project) else None)
+    # the run's paths are the worker's to allow (flows/workspace.py): refused here, before any work
+    root = allowed_project(project if is_set(project) else None)
+    parent = allowed_workspace_parent(workspace_parent if is_set(workspace_parent) else None, root)
+    previous = allowed_resume_from(resume_from, root) if is_set(resume_from) else None
     name = experiment_name(experiment if is_set(experiment) else None)
     check_new_experiment(root, name)
     values = run_params(
         languages, teacher, student, train_steps, loss_weights, mirror, overrides, train_processes=train_processes
     )
-    workspace = prepare_workspace(str(root), name, workspace_parent if is_set(workspace_parent) else None)
+    workspace = prepare_workspace(str(root), name, str(parent))
     saved = started = False
     seeded: dict[str, int] = {}
     try:
         committed_registration = workspace_registration(Path(workspace), root)  # from the project's last commit, if any
-        if is_set(resume_from):
-            seed_checkpoints(workspace, resume_from)
+        if previous is not None:
+            seed_checkpoints(workspace, str(previous))
             seeded = checkpoint_stamps(Path(workspace))
         params = set_params(
             workspace, mirror_from_workspace(values, root, Path(workspace)), profile if is_set(profile) else None

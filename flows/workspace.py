@@ -14,6 +14,13 @@ Hosts that share no disk (docs/multi-host.md) set ``XDISTILL_EXP_REMOTE`` (the `
 ``origin``, the git remote its pull step cloned): the workspace takes the project's DVC remote, experiment
 names are checked against that git remote too, and ``dvc exp push <remote> <experiment>`` sends the experiment
 there with its DVC data (no ``--no-cache``): ``dvc exp pull <remote> <experiment>`` brings it to any host.
+
+What a run may name is the worker's to decide, not the run's (anyone who can start a run sets its parameters):
+``project`` is the worker's own project (``XDISTILL_PROJECT_ROOT`` or its working directory) or one listed in
+``XDISTILL_ALLOWED_PROJECTS``; ``workspace_parent`` lies inside a workspace root (the project's parent folder, or
+those of ``XDISTILL_WORKSPACE_ROOTS``); ``resume_from`` is a workspace a distill run made there (it holds
+``.git/xdistill-workspace``). Paths are compared with their symlinks resolved (:func:`allowed_project`,
+:func:`allowed_workspace_parent`, :func:`allowed_resume_from`).
 """
 
 from __future__ import annotations
@@ -37,6 +44,11 @@ from xdistill.params_file import check_stage_params, write_params
 from xdistill.profiles import apply_profile
 
 EXP_REMOTE_ENV = "XDISTILL_EXP_REMOTE"
+PROJECT_ROOT_ENV = "XDISTILL_PROJECT_ROOT"
+ALLOWED_PROJECTS_ENV = "XDISTILL_ALLOWED_PROJECTS"  # further projects a worker runs (os.pathsep-separated)
+WORKSPACE_ROOTS_ENV = "XDISTILL_WORKSPACE_ROOTS"  # where workspaces may go (os.pathsep-separated)
+# what marks a folder as a workspace prepare_workspace made; in .git, where neither git nor DVC sees it
+WORKSPACE_MARKER = Path(".git") / "xdistill-workspace"
 
 
 def experiment_remote(root: Path) -> str | None:
@@ -63,6 +75,78 @@ def project_root(path: str | None = None) -> Path:
     if not (root / "dvc.yaml").is_file() or not (root / ".git").exists():
         raise ValueError(f"{root}: not the xdistill project (needs dvc.yaml and a git repository)")
     return root
+
+
+def _env_paths(name: str) -> list[Path]:
+    """The folders an os.pathsep-separated variable lists, symlinks resolved."""
+    return [Path(part).expanduser().resolve() for part in os.environ.get(name, "").split(os.pathsep) if part.strip()]
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    return any(path.is_relative_to(root) for root in roots)
+
+
+def _listed(paths: list[Path]) -> str:
+    return ", ".join(str(path) for path in dict.fromkeys(paths))
+
+
+def allowed_project(requested: str | None) -> Path:
+    """The run's project: the worker's own (``XDISTILL_PROJECT_ROOT`` or the working directory) unless the run
+    names one that the worker lists in ``XDISTILL_ALLOWED_PROJECTS``; any other is refused."""
+    if requested is None:
+        return project_root()
+    own = Path(os.environ.get(PROJECT_ROOT_ENV) or Path.cwd()).resolve()
+    allowed = [own, *_env_paths(ALLOWED_PROJECTS_ENV)]
+    path = Path(requested).expanduser().resolve()
+    if path not in allowed:
+        raise ValueError(
+            f"project={requested!r} ({path}) is not a project this worker runs: allowed are {_listed(allowed)} "
+            f"(the worker's {PROJECT_ROOT_ENV} or working directory, and {ALLOWED_PROJECTS_ENV}, "
+            f"{os.pathsep!r}-separated)"
+        )
+    return project_root(str(path))
+
+
+def workspace_roots(root: Path) -> list[Path]:
+    """The folders a run's workspace may go into: ``XDISTILL_WORKSPACE_ROOTS``, else the project's parent folder."""
+    return _env_paths(WORKSPACE_ROOTS_ENV) or [root.resolve().parent]
+
+
+def allowed_workspace_parent(requested: str | None, root: Path) -> Path:
+    """The folder the run's workspace goes into: ``requested`` when it resolves inside a workspace root; by
+    default the project's parent folder (the first workspace root when that is not one)."""
+    roots = workspace_roots(root)
+    if requested is None:
+        beside = root.resolve().parent
+        return beside if _inside(beside, roots) else roots[0]
+    path = Path(requested).expanduser().resolve()
+    if not _inside(path, roots):
+        raise ValueError(
+            f"workspace_parent={requested!r} resolves to {path}, outside the workspace roots this worker allows: "
+            f"{_listed(roots)} (the project's parent folder, or {WORKSPACE_ROOTS_ENV}, {os.pathsep!r}-separated)"
+        )
+    if not path.is_dir():
+        raise ValueError(f"workspace_parent={requested!r}: {path} is not a folder")
+    return path
+
+
+def allowed_resume_from(requested: str, root: Path) -> Path:
+    """The workspace ``resume_from`` names, symlinks resolved: a folder inside a workspace root that
+    :func:`prepare_workspace` made (it holds ``.git/xdistill-workspace``); anything else is refused."""
+    roots = workspace_roots(root)
+    path = Path(requested).expanduser().resolve()
+    if not _inside(path, roots) or path in roots:
+        raise ValueError(
+            f"resume_from={requested!r} resolves to {path}, not a workspace inside the workspace roots this "
+            f"worker allows: {_listed(roots)} (the project's parent folder, or {WORKSPACE_ROOTS_ENV})"
+        )
+    marker = path / WORKSPACE_MARKER
+    if marker.is_symlink() or not marker.is_file():
+        raise ValueError(
+            f"resume_from={requested!r}: {path} is not the workspace of a distill run (it lacks {WORKSPACE_MARKER}); "
+            "give the folder an interrupted run left behind, as its warning names it"
+        )
+    return path
 
 
 def experiment_name(requested: str | None) -> str:
@@ -96,7 +180,7 @@ def check_new_experiment(root: Path, name: str) -> None:
 def prepare_workspace(root: str, name: str, workspace_parent: str | None = None) -> str:
     """Clone the project's last commit into a private workspace sharing the project's DVC cache."""
     project = Path(root)
-    parent = Path(workspace_parent) if workspace_parent else project.parent
+    parent = allowed_workspace_parent(workspace_parent, project)
     workspace = parent / f".{project.name}-exp-{name}"
     if workspace.exists():  # a killed run's workspace: its checkpoints may be all that is left of hours
         raise ValueError(
@@ -109,6 +193,8 @@ def prepare_workspace(root: str, name: str, workspace_parent: str | None = None)
         log.warning("%s has uncommitted changes: the run uses the last commit only", project)
     run_checked(["git", "clone", "--quiet", str(project), str(workspace)], parent)
     try:
+        # what makes this folder a valid resume_from of a later run (allowed_resume_from)
+        (workspace / WORKSPACE_MARKER).write_text(json.dumps({"project": str(project), "experiment": name}) + "\n")
         if experiment_remote(project) and (project / ".dvc" / "config.local").is_file():
             # the DVC remote (flows/services.py checkout writes it there): the experiment's data is pushed to it
             shutil.copy(project / ".dvc" / "config.local", workspace / ".dvc" / "config.local")
@@ -160,7 +246,11 @@ def copy_checkpoints(previous: Path, workspace: Path) -> list[str]:
 
     relative = OutputPaths().checkpoint_dir
     source = previous / relative
+    if source.is_symlink() or not source.resolve().is_relative_to(previous.resolve()):
+        raise ValueError(f"resume_from: {source} leads out of {previous} (a symlink): its files are not copied")
     checkpoints = training_checkpoints(previous)
+    if linked := [path.name for path in checkpoints if path.is_symlink() or not path.is_file()]:
+        raise ValueError(f"resume_from: {', '.join(linked)} in {source} are not plain files (symlinks?): not copied")
     if not checkpoints:
         raise ValueError(
             f"resume_from: {source} holds no training checkpoint (*.pt); "
@@ -169,7 +259,7 @@ def copy_checkpoints(previous: Path, workspace: Path) -> list[str]:
     target = workspace / relative
     target.mkdir(parents=True, exist_ok=True)
     for checkpoint in checkpoints:
-        shutil.copy2(checkpoint, target / checkpoint.name)
+        shutil.copy2(checkpoint, target / checkpoint.name, follow_symlinks=False)
     return [c.name for c in checkpoints]
 
 

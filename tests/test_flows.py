@@ -435,11 +435,12 @@ def test_ctrl_c_pressed_again_while_the_ui_stops_still_stops_everything(tmp_path
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_sweep_runs_each_parameter_set_as_its_own_experiment(tmp_path: Path) -> None:
+def test_sweep_runs_each_parameter_set_as_its_own_experiment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flows_helpers import make_mini_project
     from prefect.testing.utilities import prefect_test_harness
 
     project = make_mini_project(tmp_path / "mini")
+    monkeypatch.setenv(run_workspace.PROJECT_ROOT_ENV, str(project))  # the project this "worker" runs
     members = [{"train_steps": 300, "experiment": "sweep-a"}, {"train_steps": 200, "experiment": "sweep-b"}]
     with prefect_test_harness(server_startup_timeout=180):
         results = sweep_flows.sweep(param_sets=members, project=str(project))
@@ -475,6 +476,7 @@ def test_a_run_failing_after_registration_takes_its_model_version_back(
     from prefect.testing.utilities import prefect_test_harness
 
     project = make_mini_project(tmp_path / "mini")
+    monkeypatch.setenv(run_workspace.PROJECT_ROOT_ENV, str(project))  # the project this "worker" runs
 
     def unsavable(workspace, *_args, **_kwargs):
         # the mini pipeline has no train stage: leave what a real one leaves (persisted checkpoints)
