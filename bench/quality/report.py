@@ -15,6 +15,7 @@ from typing import Any
 from bench.quality.load import embedded_default, load_member, load_tatoeba_all, winner
 from bench.quality.sections.ablation import ablation_section
 from bench.quality.sections.adapter_sweep import adapter_sweep_section
+from bench.quality.sections.at_a_glance import glance_section
 from bench.quality.sections.benchmarks import BENCHMARK_SECTIONS, benchmark_section
 from bench.quality.sections.light import light_section
 from bench.quality.sections.parameters import params_section
@@ -39,7 +40,7 @@ def render(config: Mapping[str, Any], results: Path, output_dir: Path, project: 
     missing = [spec["name"] for spec in config["members"] if spec["name"] not in {s["name"] for s, _ in members}]
     run_dates = ", ".join(sorted({d["run"].get("date", "-") for _, d in members}))
     header = [
-        "# Results",
+        "## How these figures were made",
         "",
         "Produced by `python -m bench.quality report` from `bench/results/quality/` (written by "
         "`python -m bench.quality run`, one `distill` flow run per member of `bench/quality/quality.yaml`). "
@@ -54,13 +55,17 @@ def render(config: Mapping[str, Any], results: Path, output_dir: Path, project: 
     if missing:
         header += [f"Members not run yet: {', '.join(missing)}.", ""]
     tatoeba_all = load_tatoeba_all(results)
+    default = embedded_default(project)
     parts = [
+        "# Results\n\n",
+        glance_section(
+            members, default, tatoeba_all, config.get("quality_student"), results / "at_a_glance.png", output_dir
+        ),
         "\n".join(header) + "\n",
-        "## Summary\n\n" + summary_table(members) + "\n",
-        targets_section(members + winner(config, results) + embedded_default(project)),
+        "## Every student\n\n" + summary_table(members) + "\n",
+        deltas_section(members, tatoeba_all),
         trajectory_section(members),
         adapter_sweep_section(results.parent / "diagnostics", results),
-        deltas_section(members, tatoeba_all),
         ablation_section(config, results),
         light_section(config, results),
         students_section(members),
@@ -69,7 +74,11 @@ def render(config: Mapping[str, Any], results: Path, output_dir: Path, project: 
         parts.append(benchmark_section(members, name, title))
         if name == "tatoeba":
             parts.append(tatoeba_all_section(members, tatoeba_all, results, output_dir))
-    parts += [data_section(members), params_section(config, members)]
+    parts += [
+        data_section(members),
+        params_section(config, members),
+        targets_section(members + winner(config, results) + default),
+    ]
     return "".join(parts)
 
 

@@ -13,7 +13,7 @@ def summary_table(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     columns: dict[str, dict[str, Any]] = {}
     for spec, data in members:
         models = (data["eval"].get("summary") or {}).get("models", {})
-        names = column_names(spec.get("label", spec["name"]), data["params"])
+        names = column_names(f"`{spec['name']}`", data["params"])
         for label in ("teacher", "student-untrained", "student-start", "muse", "student"):
             if label in models:
                 fill(
@@ -21,9 +21,11 @@ def summary_table(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
                 )
     # a row no member measured (e.g. the adapter's, before a member had one) would be all '-'
     rows = [title for _, title in SUMMARY_ROWS if any(values.get(title) is not None for values in columns.values())]
+    legend = "\n".join(f"- `{spec['name']}`: {spec.get('label', spec['name'])}" for spec, _ in members)
     return (
         markdown_table(rows, columns)
-        + "\nBaseline columns: each cell from the first member that measured it. The no-training column is "
+        + f"\nThe students:\n\n{legend}\n\n"
+        + "Baseline columns: each cell from the first member that measured it. The no-training column is "
         "that member's own start (its head fit on its own sample), so it moves slightly from member to member "
         "(each member's own: `bench/results/quality/<member>/metrics/eval/summary.json`, `student-start`).\n"
     )

@@ -30,22 +30,46 @@ def _or_minus_one(value: float | None) -> float:
 def grouped_bars(
     groups: list[str], series: Mapping[str, list[float | None]], title: str, ylabel: str, path: Path
 ) -> Path:
-    """One group of bars per language/track, one bar per model (missing values left out)."""
-    figure, axis = plt.subplots(figsize=(max(6.0, 0.9 * len(groups) * max(1, len(series)) / 2 + 2), 4.2))
+    """One group of bars per language/track, one bar per model (missing values left out).
+
+    The axis starts just below the lowest bar rather than at 0 (gains of 1-3 points must be visible), each
+    bar carries its value when there are few enough to read, and the legend sits beside the plot, never
+    over a bar."""
+    figure, axis = plt.subplots(figsize=(max(6.0, 0.9 * len(groups) * max(1, len(series)) / 2 + 2) + 2.5, 4.2))
     width = 0.8 / max(1, len(series))
     positions = np.arange(len(groups))
+    label_bars = len(groups) * len(series) <= MAX_LABELLED_BARS
     for offset, (label, values) in enumerate(series.items()):
         heights = [np.nan if v is None else v for v in values]
-        axis.bar(positions + (offset - (len(series) - 1) / 2) * width, heights, width, label=label)
+        bars = axis.bar(positions + (offset - (len(series) - 1) / 2) * width, heights, width, label=label)
+        if label_bars:
+            axis.bar_label(bars, fmt="%.1f", fontsize=6, padding=1)
     axis.set_xticks(
         positions, groups, rotation=30 if len(groups) > 8 else 0, ha="right" if len(groups) > 8 else "center"
     )
     axis.set_ylabel(ylabel)
     axis.set_title(title)
+    axis.set_ylim(*_value_range([v for values in series.values() for v in values if v is not None]))
     axis.axhline(0, color="black", linewidth=0.6)
-    axis.legend(fontsize="small", ncol=min(4, len(series)))
+    axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     axis.grid(axis="y", alpha=0.3)
     return _save(figure, path)
+
+
+MAX_LABELLED_BARS = 48
+
+
+def _value_range(values: list[float]) -> tuple[float, float]:
+    """The y-axis span: from a little below the lowest value (0 when a value is near 0 or negative, so the
+    sign stays visible) to a little above the highest, with room for the value labels."""
+    if not values:
+        return 0.0, 1.0
+    low, high = min(values), max(values)
+    margin = max(1.0, 0.15 * (high - low))
+    bottom = 0.0 if low - 2 * margin <= 0 < high else low - 2 * margin
+    if low < 0:
+        bottom = low - margin
+    return bottom, high + margin
 
 
 def ranked_lines(
