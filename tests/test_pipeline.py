@@ -135,6 +135,16 @@ def test_second_repro_does_nothing(project: Path, first_repro: FirstRepro) -> No
     again = run(["dvc", "repro"], project)
     assert stages_run(again.stdout) == []
     assert run(["dvc", "status"], project).stdout.strip().endswith("Data and pipelines are up to date.")
+    # the metrics DVC shows are the few headline scores, readable in a terminal (every score stays in
+    # metrics/eval and metrics/train.json, versioned in git)
+    scores = read_json(first_repro.outputs / "metrics/scores.json")
+    summary = read_json(first_repro.outputs / "metrics/eval/summary.json")
+    assert scores["primary"] == pytest.approx(summary["primary_score"])
+    untrained = summary["models"]["student-untrained"]["primary_score"]
+    assert scores["gain"] == pytest.approx(summary["primary_score"] - untrained)
+    shown = run(["dvc", "metrics", "show"], project).stdout
+    assert "metrics/scores.json" in shown and "primary" in shown
+    assert max(len(line) for line in shown.splitlines()) < 400, shown
 
 
 def test_trained_student_loads_locally_and_from_the_registry(project: Path, first_repro: FirstRepro) -> None:

@@ -55,6 +55,12 @@ DEFAULT_START = "models/student_start"
 )
 @click.option("--baselines-dir", default="data/baselines", show_default=True)
 @click.option("--metrics-dir", default="metrics/eval", show_default=True)
+@click.option(
+    "--scores",
+    default="metrics/scores.json",
+    show_default=True,
+    help="the student's headline scores, a few short columns (the stage's DVC metrics)",
+)
 @click.option("--reports-dir", default="reports/eval", show_default=True)
 @click.option("--plots-dir", default="plots/eval", show_default=True)
 def command(
@@ -69,13 +75,16 @@ def command(
     start_dir: str,
     baselines_dir: str,
     metrics_dir: str,
+    scores: str,
     reports_dir: str,
     plots_dir: str,
 ) -> int:
     """Evaluate the trained student (--baselines: the reference models; --start: the starting student)."""
     from xdistill.data.languages import check_languages
     from xdistill.evaluation.pipeline import run_baselines, run_start_evaluation, run_student_evaluation
+    from xdistill.evaluation.report import headline_scores
     from xdistill.evaluation.settings import EvaluationSettings
+    from xdistill.io import write_json_atomic
 
     all_params = load_params(None, params)
     languages = check_languages(all_params.get("languages"), params)
@@ -108,5 +117,6 @@ def command(
     summary = run_student_evaluation(
         settings, student, models["teacher"], raw_dir, dev, folders, metrics_dir, reports_dir, plots_dir
     )
+    write_json_atomic(scores, headline_scores(summary))
     click.echo(f"primary score (student): {summary.get('primary_score')}; reports in {reports_dir}")
     return 0

@@ -256,6 +256,30 @@ def headline(results: Mapping[str, Any]) -> dict[str, Any]:
     return {k: clean_number(v) for k, v in values.items() if v is not None}
 
 
+# ``metrics/scores.json``, the stage's DVC metrics: a few short columns for `dvc metrics show` and
+# `dvc exp show` (summary.json holds every score, and would print lines of tens of thousands of characters)
+SCORE_COLUMNS = {
+    "primary": "primary_score",
+    "sts17_xling": "sts17_crosslingual_average",
+    "sts17_mono": "sts17_monolingual_average",
+    "stsb_xling": "sts_crosslingual_average",
+    "tatoeba": "tatoeba_average",
+    "mining_f1": "mining_flores_f1",
+    "bias": "language_bias_difference",
+}
+UNTRAINED_LABEL = "student-untrained"
+
+
+def headline_scores(summary: Mapping[str, Any]) -> dict[str, float]:
+    """The student's headline scores under short names, and ``gain``: its primary score minus the untrained
+    student's (negative: a failed run)."""
+    scores = {name: summary[key] for name, key in SCORE_COLUMNS.items() if summary.get(key) is not None}
+    untrained = (summary.get("models") or {}).get(UNTRAINED_LABEL) or {}
+    if "primary" in scores and untrained.get("primary_score") is not None:
+        scores["gain"] = clean_number(scores["primary"] - untrained["primary_score"])
+    return scores
+
+
 def write_summary(
     all_results: Mapping[str, Mapping[str, Any]],
     primary_label: str,
