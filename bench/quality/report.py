@@ -86,7 +86,10 @@ def _commands(commands: list[str]) -> str:
     """The members' commands as recorded; one pattern when they differ only in the member named."""
     prefixes = {command.rsplit(" --members ", 1)[0] for command in commands}
     if len(prefixes) == 1 and all(" --members " in command for command in commands):
-        return f"Each member ran as `{prefixes.pop()} --members <member>` (the command recorded in its run.json)."
+        recorded = prefixes.pop()
+        today = "python -m bench.quality run"
+        now = "" if recorded == today else f"; the same run today: `{today} --members <member>`"
+        return f"Each member ran as `{recorded} --members <member>` (recorded in its run.json{now})."
     return "Each member's command: " + "; ".join(f"`{command}`" for command in commands) + "."
 
 
