@@ -3,19 +3,22 @@
 The lines with text of both files (blank lines are no candidates) are embedded shard by shard
 to ``.npy`` files in a work folder, searched shard by shard (exact inner product by default,
 ``--index ivf`` for large corpora), margin-scored and written as ``score<TAB>source<TAB>target``
-lines by decreasing score (atomically; tabs and line breaks inside a sentence become spaces).
+lines by decreasing score (atomically; tabs and line breaks inside a sentence become spaces). The
+embeddings kept in ``--work-dir`` carry the sidecar ``xdistill encode`` writes (``src.npy.json``), so they can
+be searched later as indexes of a known model and space.
 """
 
 from __future__ import annotations
 
 import logging
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
-from xdistill.cli.export import backend_option
+from xdistill.cli.export import backend_option, output_errors
 from xdistill.mining.margin import MARGINS, RETRIEVALS
 
 logger = logging.getLogger(__name__)
@@ -27,7 +30,11 @@ _TEXT_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.command()
 @click.argument("src", type=_TEXT_FILE)
 @click.argument("tgt", type=_TEXT_FILE)
-@click.option("--model", required=True, help="model spec: pypi:<name>, a local folder or a hub id")
+@click.option(
+    "--model",
+    required=True,
+    help="model spec: pypi:<name>, a local folder, models:/<name>@<alias> or models:/<name>/<version>, a hub id",
+)
 @click.option(
     "-o",
     "--output",
@@ -78,17 +85,21 @@ _TEXT_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 def command(src: Path, tgt: Path, output: Path, work_dir: Path | None, **options: Any) -> int:
     """Mine parallel sentence pairs between SRC and TGT (UTF-8, one sentence per line)."""
     from xdistill.mining.stream import LineFile
-    from xdistill.outputs import check_output_file
+    from xdistill.outputs import check_output_file, check_writable
 
     check_output_file(output, [src, tgt, options.get("model")])
     src_lines, tgt_lines = LineFile(src), LineFile(tgt)
-    output.parent.mkdir(parents=True, exist_ok=True)
     if work_dir is not None:
-        work_dir.mkdir(parents=True, exist_ok=True)
-        count = _mine(src_lines, tgt_lines, output, work_dir, **options)
-    else:
-        with tempfile.TemporaryDirectory(prefix="xdistill-mine-", dir=output.resolve().parent) as work:
-            count = _mine(src_lines, tgt_lines, output, Path(work), **options)
+        with output_errors(work_dir):
+            work_dir.mkdir(parents=True, exist_ok=True)
+            check_writable(work_dir / "src.npy")
+    with output_errors(output):
+        output.parent.mkdir(parents=True, exist_ok=True)
+        if work_dir is not None:
+            count = _mine(src_lines, tgt_lines, output, work_dir, **options)
+        else:
+            with tempfile.TemporaryDirectory(prefix="xdistill-mine-", dir=output.resolve().parent) as work:
+                count = _mine(src_lines, tgt_lines, output, Path(work), **options)
     logger.info("wrote %d pairs to %s", count, output)
     return 0
 
@@ -115,9 +126,12 @@ def _mine(
     from xdistill.mining.margin import MinedPairs
     from xdistill.mining.stream import encode_file, mine_npy
     from xdistill.models import load_encoder
+    from xdistill.models.identity import vectors_info
+    from xdistill.vectors import write_sidecar
 
     progress = not no_progress
     encoder = load_encoder(model, device=device, backend=backend)
+    info = vectors_info(model, encoder.dimension, teacher_space=False, backend=backend)
     embeddings, text_rows = [], []
     for side, lines in (("src", src_lines), ("tgt", tgt_lines)):
         rows = lines.text_rows()  # blank lines are no candidates; the output keeps the files' line numbers
@@ -133,6 +147,7 @@ def _mine(
                 rows=rows,
             )
         )
+        write_sidecar(embeddings[-1], replace(info, rows=len(rows)))
     pairs = mine_npy(
         embeddings[0],
         embeddings[1],

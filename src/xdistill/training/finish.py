@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from xdistill.errors import XdistillError
+from xdistill.export.model_card import training_facts, write_model_card
 from xdistill.training import checkpoint as ckpt
 from xdistill.training.loop import INITIAL, LoopOutcome, LoopState
 from xdistill.training.reports import write_reports
@@ -38,6 +39,7 @@ def finish(run: TrainingRun, outcome: LoopOutcome, provenance: dict[str, Any] | 
         rotation, sample_embeddings = _rotate_to_teacher(run) if params.export_rotation else (None, None)
         save_student(run.student, outputs.model_dir)
         adapter = _fit_teacher_adapter(run, outputs.model_dir, sample_embeddings)
+        write_model_card(outputs.model_dir, training_facts(run, state))  # replaces sentence-transformers' template
         if outputs.start_dir is not None:
             _save_start(run, outputs.start_dir)
         write_reports(
