@@ -63,11 +63,13 @@ def command(
     from xdistill.adapter.model import load_encoder_with_adapter
     from xdistill.mining.stream import LineFile, encode_file
     from xdistill.models.identity import vectors_info
+    from xdistill.models.registry_model import pin_version
     from xdistill.outputs import check_output_file
     from xdistill.vectors import write_sidecar
 
     check_output_file(output, [file, model])
     lines = LineFile(file)  # fail on a bad input before loading the model (and index the file once)
+    model = pin_version(model)  # models:/<name>@<alias> -> its version now: one version for the whole run
     encoder = load_encoder_with_adapter(model, device=device, backend=backend, teacher_space=teacher_space)
     info = vectors_info(model, encoder.dimension, teacher_space, rows=len(lines), backend=backend)
     with output_errors(output):

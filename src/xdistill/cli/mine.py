@@ -85,10 +85,12 @@ _TEXT_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 def command(src: Path, tgt: Path, output: Path, work_dir: Path | None, **options: Any) -> int:
     """Mine parallel sentence pairs between SRC and TGT (UTF-8, one sentence per line)."""
     from xdistill.mining.stream import LineFile
+    from xdistill.models.registry_model import pin_version
     from xdistill.outputs import check_output_file, check_writable
 
     check_output_file(output, [src, tgt, options.get("model")])
     src_lines, tgt_lines = LineFile(src), LineFile(tgt)
+    options["model"] = pin_version(options["model"])  # one version for the whole run, if an alias moves
     if work_dir is not None:
         with output_errors(work_dir):
             work_dir.mkdir(parents=True, exist_ok=True)

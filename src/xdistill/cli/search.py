@@ -72,12 +72,14 @@ def command(
     from xdistill.mining.search import load_index, search_index, write_hits
     from xdistill.mining.stream import LineFile, holds_text
     from xdistill.models.identity import vectors_info
+    from xdistill.models.registry_model import pin_version
     from xdistill.outputs import check_output_file
     from xdistill.vectors import check_same_space, check_sidecar_matches, read_sidecar
 
     check_output_file(output, [queries, index_path, corpus, model])
     index = load_index(index_path)
     index_info = read_sidecar(index_path)
+    model = pin_version(model)  # models:/<name>@<alias> -> its version now: one version for the whole run
     if index_info is not None:
         check_sidecar_matches(index_path, index_info, index.shape)
     corpus_file = LineFile(corpus) if corpus else None

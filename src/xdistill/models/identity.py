@@ -44,15 +44,14 @@ def model_identity(spec: str) -> str:
     """``<spec>@<16 hex digits of the weights>``; a registered model by its version (``models:/<name>/3@...``),
     not by the alias that named it."""
     from xdistill.models.fingerprint import model_fingerprint
-    from xdistill.models.registry_model import is_registry_uri, resolved_identity
+    from xdistill.models.registry_model import pin_version
     from xdistill.models.resolve import resolve_model_dir
     from xdistill.models.sources import is_inference_only
 
     if is_inference_only(spec):
         return model_fingerprint(spec)
     digest = weights_digest(resolve_model_dir(spec))
-    name = (resolved_identity(spec) or spec) if is_registry_uri(spec) else spec
-    return f"{name}@{digest}"
+    return f"{pin_version(spec)}@{digest}"
 
 
 def teacher_of(spec: str) -> str:

@@ -16,6 +16,8 @@ from xdistill.errors import InputFileError
 
 # JSON files larger than this (a tokenizer.json of a large vocabulary) are left to the loader
 MAX_CHECKED_JSON_BYTES = 4 * 1024 * 1024
+# module classes that save no files (their folder may be missing)
+NO_FILES_MODULES = ("Normalize",)
 # safetensors' own bound on its JSON header (100 MB)
 MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 
@@ -72,7 +74,8 @@ def check_model_files(folder: Path) -> None:
         for module in modules:
             path = str(module.get("path") or "")
             module_dir = folder / path
-            if path and not module_dir.is_dir():
+            # Normalize has no files: sentence-transformers folders often list a folder for it that is not there
+            if path and not module_dir.is_dir() and not str(module["type"]).endswith(NO_FILES_MODULES):
                 raise InputFileError(
                     folder, f"module '{module.get('name', path)}' ({module['type']}) is missing: no folder {path}/"
                 )

@@ -126,27 +126,36 @@ def registry_cache_dir(model: RegistryModel) -> Path:
     return cache_root() / "registry" / _store_label(model.tracking_uri) / model.name / model.version
 
 
-# Resolved in this process: one command resolves a spec several times (loader, adapter, sidecar), and every
-# time must give the same version even if the alias moves meanwhile.
-_RESOLVED: dict[str, tuple[RegistryModel, Path]] = {}
+# Versions fetched in this process, by store and version URI: a version's files never change, so one command
+# that resolves ``models:/<name>/<version>`` several times (loader, adapter, sidecar) asks the store once. An
+# alias is asked every time (it moves); commands pin it first (:func:`pin_version`).
+_FETCHED: dict[tuple[str, str], Path] = {}
+
+
+def pin_version(spec: str) -> str:
+    """``models:/<name>@<alias>`` -> ``models:/<name>/<version>`` of the version the alias names now; any other
+    spec unchanged. A command pins its model once, so every part of it uses one version even if the alias moves
+    meanwhile, and what it writes names that version."""
+    if not is_registry_uri(spec):
+        return spec
+    model = find_version(spec)
+    if model.alias is not None:
+        log.info("%s is %s", spec, model.uri)
+    return model.uri
 
 
 def resolve_registry_model(spec: str, force: bool = False) -> Path:
     """The local sentence-transformers folder of the version ``spec`` names (downloaded once, then cached)."""
-    known = _RESOLVED.get(spec)
-    if not force and known is not None and known[1].is_dir():
-        return known[1]
-    model = find_version(spec)
+    name, alias, version = parse_registry_uri(spec)
+    tracking_uri = tracking_uri_from_environment(spec)
+    key = (tracking_uri, f"{REGISTRY_PREFIX}{name}/{version}")
+    if alias is None and not force and key in _FETCHED and _FETCHED[key].is_dir():
+        return _FETCHED[key]
+    model = find_version(spec, tracking_uri)
     folder = fetch_version(model, force=force)
-    log.info("%s is %s, in %s", spec, model.uri, folder)
-    _RESOLVED[spec] = (model, folder)
+    log.debug("%s is %s, in %s", spec, model.uri, folder)
+    _FETCHED[(tracking_uri, model.uri)] = folder
     return folder
-
-
-def resolved_identity(spec: str) -> str | None:
-    """``models:/<name>/<version>`` for a registry spec resolved in this process, else None."""
-    known = _RESOLVED.get(spec)
-    return known[0].uri if known is not None else None
 
 
 def fetch_version(model: RegistryModel, force: bool = False) -> Path:
