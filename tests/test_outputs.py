@@ -89,3 +89,49 @@ def test_export_replaces_an_earlier_export_only_with_force(tmp_path: Path) -> No
         export_student(student, target, ["fp16"], force=True)
     assert "earlier export" not in str(refused.value)
     assert (target / REPORT_FILE).is_file()
+
+
+def _read_only_destination(tmp_path: Path) -> Path:
+    """A folder no write may enter: ``chmod 555`` for a user, ``/sys`` for root (whom permissions do not stop, but
+    whom ``os.access`` still answers yes for: the write itself fails, after the checks)."""
+    import os
+
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o555)
+        return folder
+    folder = Path("/sys")
+    probe = folder / "xdistill-write-probe"
+    try:
+        probe.mkdir()
+    except OSError:
+        return folder
+    probe.rmdir()
+    pytest.skip("/sys is writable here: no read-only folder to write into as root")
+
+
+@pytest.mark.parametrize("command", ["encode", "search", "mine", "export"])
+def test_a_read_only_destination_is_an_error_naming_it_not_a_traceback(
+    command: str, text: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = "pypi:all-minilm-l6-v2"
+    folder = _read_only_destination(tmp_path)
+    index = tmp_path / "index.npy"
+    np.save(index, np.eye(2, 384, dtype=np.float32))
+    argv = {
+        "encode": ["encode", str(text), "--model", model, "--no-progress", "-o", str(folder / "out.npy")],
+        "search": ["search", str(text), "--index", str(index), "--model", model, "-o", str(folder / "hits.tsv")],
+        "mine": ["mine", str(text), str(text), "--model", model, "--no-progress", "-o", str(folder / "pairs.tsv")],
+        "export": ["export", _minilm(), "--formats", "fp16", "-o", str(folder / "export")],
+    }[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"error: {folder}/" in err and ("not writable" in err or "cannot be written" in err)
+    assert "Traceback" not in err
+
+
+def _minilm() -> str:
+    from xdistill.models import resolve_model_dir
+
+    return str(resolve_model_dir("pypi:all-minilm-l6-v2"))
