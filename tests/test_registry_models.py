@@ -153,3 +153,12 @@ def test_export_takes_a_registry_model(store: dict) -> None:
     assert main(["export", f"models:/{NAME}/1", "-o", str(out), "--formats", "fp16"]) == 0
     report = json.loads((out / "export.json").read_text(encoding="utf-8"))
     assert report["formats"] == ["fp16"] and (out / "teacher_space" / "config.json").is_file()
+
+
+def test_the_adapter_artifact_is_the_adapter_folder_and_credentials_never_reach_a_message() -> None:
+    from xdistill.adapter.model import ADAPTER_DIR
+    from xdistill.models.registry_model import without_credentials
+
+    assert ADAPTER_ARTIFACT == ADAPTER_DIR
+    assert without_credentials("https://me:secret@mlflow.example:5000/x") == "https://mlflow.example:5000/x"
+    assert without_credentials("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"

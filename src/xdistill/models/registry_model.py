@@ -19,6 +19,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from xdistill.errors import XdistillError
 
@@ -28,7 +29,9 @@ REGISTRY_PREFIX = "models:/"
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 # where the sentence-transformers flavor keeps the model inside a logged model (mlflow.sentence_transformers)
 FLAVOR_DATA_DIR = "model.sentence_transformer"
-# the run artifact holding a registered student's teacher-space adapter (the ``teacher_space/`` folder's files)
+# the run artifact holding a registered student's teacher-space adapter (the ``teacher_space/`` folder's files);
+# also the folder's name inside the student, :data:`xdistill.adapter.model.ADAPTER_DIR` (not imported: the adapter
+# module's loaders import this one; a test holds the two equal)
 ADAPTER_ARTIFACT = "teacher_space"
 # what the cached folder was downloaded from (the cache's source record)
 SOURCE_FILE = "xdistill_registry.json"
@@ -79,10 +82,16 @@ def tracking_uri_from_environment(spec: str) -> str:
     return resolve_tracking_uri(uri, Path.cwd())
 
 
+def without_credentials(uri: str) -> str:
+    """``https://user:secret@host:5000/x`` -> ``https://host:5000/x``: what an error or a cache record may show."""
+    parts = urlsplit(uri)
+    if parts.username is None and parts.password is None:
+        return uri
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def _store_label(tracking_uri: str) -> str:
     """A short, credential-free folder name for one tracking store."""
-    from xdistill.registry.register import without_credentials
-
     return hashlib.sha256(without_credentials(tracking_uri).encode()).hexdigest()[:16]
 
 
@@ -90,7 +99,6 @@ def find_version(spec: str, tracking_uri: str | None = None) -> RegistryModel:
     """The version ``spec`` names now; a clear error for a missing model, alias or version."""
     from mlflow.exceptions import MlflowException
 
-    from xdistill.registry.register import without_credentials
     from xdistill.registry.store import client_for
 
     name, alias, version = parse_registry_uri(spec)
@@ -161,7 +169,6 @@ def resolve_registry_model(spec: str, force: bool = False) -> Path:
 def fetch_version(model: RegistryModel, force: bool = False) -> Path:
     """Download ``model`` into :func:`registry_cache_dir` unless it is there (atomic; one process builds)."""
     from xdistill.models.cache import build_once
-    from xdistill.registry.register import without_credentials
 
     record = {"model": model.uri, "tracking_uri": without_credentials(model.tracking_uri)}
     folder = registry_cache_dir(model)
@@ -173,7 +180,6 @@ def _download(model: RegistryModel, target: Path) -> None:
     import mlflow
     from mlflow.exceptions import MlflowException
 
-    from xdistill.adapter.model import ADAPTER_DIR
     from xdistill.registry.store import client_for
 
     with tempfile.TemporaryDirectory(prefix=".download-", dir=target.parent) as scratch:
@@ -193,10 +199,10 @@ def _download(model: RegistryModel, target: Path) -> None:
             )
         for item in source.iterdir():
             shutil.move(str(item), target / item.name)
-        if not (target / ADAPTER_DIR).is_dir() and (root / ADAPTER_DIR).is_dir():
-            shutil.move(str(root / ADAPTER_DIR), target / ADAPTER_DIR)
-    if not (target / ADAPTER_DIR).is_dir():
-        _download_run_adapter(client_for(model.tracking_uri), model, target / ADAPTER_DIR)
+        if not (target / ADAPTER_ARTIFACT).is_dir() and (root / ADAPTER_ARTIFACT).is_dir():
+            shutil.move(str(root / ADAPTER_ARTIFACT), target / ADAPTER_ARTIFACT)
+    if not (target / ADAPTER_ARTIFACT).is_dir():
+        _download_run_adapter(client_for(model.tracking_uri), model, target / ADAPTER_ARTIFACT)
 
 
 def _download_run_adapter(client, model: RegistryModel, target: Path) -> None:
