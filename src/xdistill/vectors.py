@@ -156,7 +156,10 @@ def check_same_space(
     if queries.space == OWN_SPACE and index.space == TEACHER_SPACE:
         hint = "add --teacher-space to embed the queries through the student's teacher-space adapter"
     elif queries.space == OWN_SPACE and not same_space(index.model_id, queries.model_id):
-        hint = "if --model is a student distilled from the index's model, add --teacher-space"
+        hint = (
+            f"embed the queries with the index's model ({index.model}), or, if --model is a student distilled "
+            "from it, add --teacher-space"
+        )
     elif queries.space == TEACHER_SPACE and index.space == OWN_SPACE and same_space(index.model_id, queries.model_id):
         hint = "drop --teacher-space: the index holds the student's own vectors"
     raise XdistillError(
