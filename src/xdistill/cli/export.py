@@ -44,6 +44,7 @@ F = TypeVar("F", bound=Callable[..., object])
 def command(student: str, output: Path, formats: tuple[str, ...], force: bool) -> int:
     """Export STUDENT (a sentence-transformers folder such as models/student, or a registered model:
     models:/<name>@<alias>, models:/<name>/<version>) for fast CPU inference."""
+    from xdistill.export.model_card import card_for_export
     from xdistill.export.writer import _check_apart, check_destination, export_student
     from xdistill.models.integrity import check_module_types
     from xdistill.models.registry_model import is_registry_uri
@@ -62,6 +63,7 @@ def command(student: str, output: Path, formats: tuple[str, ...], force: bool) -
     check_module_types(folder)
     with output_errors(output):
         report = export_student(folder, output, list(formats), force=force)
+        card_for_export(folder, output, list(formats))  # the student's card, not sentence-transformers' template
     click.echo(json.dumps(report.as_dict(), indent=2))
     return 0
 

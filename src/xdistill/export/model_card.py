@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from xdistill.io import atomic_path
 log = logging.getLogger(__name__)
 
 CARD_FILE = "README.md"
+CARD_HEADING = "# xdistill student"  # the title of a card this module wrote
 REGISTERED_MODEL = "xdistill-student"  # register.model_name's default: the load line of the card
 SOURCE_LANGUAGE = "en"  # the teacher's language: every training pair has an English side
 
@@ -145,7 +147,7 @@ def render_model_card(folder: Path, facts: TrainingFacts, model_name: str = REGI
         *_yaml_list("tags", ["sentence-transformers", "sentence-similarity", "feature-extraction", "distillation"]),
         "---",
     ]
-    out: list[str] = [*front, "", "# xdistill student", ""]
+    out: list[str] = [*front, "", CARD_HEADING, ""]
     base_text = (
         f"`{facts.base_model}` ({base_upstream})"
         if base_upstream
@@ -268,4 +270,49 @@ def write_model_card(folder: str | Path, facts: TrainingFacts, model_name: str =
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     log.info("wrote the model card %s", path)
+    return path
+
+
+_LOAD_LINE = re.compile(r'^model = SentenceTransformer\("[^"\n]*"\)  # this folder$', re.MULTILINE)
+
+
+def card_for_export(student_dir: str | Path, export_dir: str | Path, formats: list[str]) -> Path | None:
+    """Give an ``xdistill export`` folder its student's card (sentence-transformers wrote its template there when
+    it saved the export): the load line pointed at the export, and what the export holds. None when the student
+    has no card written by :func:`write_model_card` (nothing honest to copy)."""
+    student_card = Path(student_dir) / CARD_FILE
+    try:
+        text = student_card.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if CARD_HEADING not in text.splitlines():
+        return None
+    export_dir = Path(export_dir)
+    text = _LOAD_LINE.sub(
+        lambda _: f'model = SentenceTransformer("{export_dir.as_posix()}")  # this folder (fp16 weights load as fp32)',
+        text,
+    )
+    backends = [f"`--backend {fmt}`" for fmt in formats if fmt.startswith("onnx")]
+    text = (
+        text.rstrip("\n")
+        + "\n\n"
+        + "\n".join(
+            [
+                "## This export",
+                "",
+                f"Written by `xdistill export` from `{Path(student_dir).as_posix()}`: {', '.join(formats)}. "
+                + (
+                    f"Run the ONNX graphs with `xdistill encode|mine` {' or '.join(backends)}, or in Python with "
+                    "`xdistill.export.runtime.load_student(folder, backend=...)`. "
+                    if backends
+                    else ""
+                )
+                + "`export.json` holds each format's size and its minimum cosine to the fp32 student.",
+                "",
+            ]
+        )
+    )
+    path = export_dir / CARD_FILE
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
     return path
