@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from xdistill.io import atomic_path
 
 
-def plot_training_curves(history: list[dict[str, Any]], path: str | Path, best_step: int | None = None) -> Path:
-    """Draw the history of :func:`xdistill.training.trainer.train_student` into a 2x2 PNG."""
+def plot_training_curves(
+    history: list[dict[str, Any]],
+    path: str | Path,
+    best_step: int | None = None,
+    exported: Mapping[str, Any] | None = None,
+    exported_label: str = "exported student",
+) -> Path:
+    """Draw the history of :func:`xdistill.training.trainer.train_student` into a 2x2 PNG.
+
+    ``exported``: the dev metrics of the student the run exported (the WiSE-FT interpolation, or the best
+    checkpoint), drawn as stars after the last step: the exported model is not on the training curve, and
+    without it the panel would show only the curve's fall from step 0."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -42,7 +53,11 @@ def plot_training_curves(history: list[dict[str, Any]], path: str | Path, best_s
         ("dev_accuracy", "s-", "translation retrieval %"),
         ("dev_teacher_accuracy", "^-", "teacher-space retrieval %"),
     ):
-        acc_ax.plot(dev_steps, [row.get(key, float("nan")) for row in dev], marker, label=label)
+        (line,) = acc_ax.plot(dev_steps, [row.get(key, float("nan")) for row in dev], marker, label=label)
+        if exported and exported.get(key) is not None and dev_steps:
+            acc_ax.plot([dev_steps[-1] * 1.04], [exported[key]], "*", ms=12, c=line.get_color())
+    if exported and dev_steps:
+        acc_ax.plot([], [], "*", ms=10, c="grey", label=exported_label)
     acc_ax.set(title="dev quality (points)", xlabel="step")
     acc_ax.legend(fontsize=8)
 

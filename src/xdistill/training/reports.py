@@ -52,7 +52,15 @@ def write_reports(
     if outputs.plot is not None:
         from xdistill.training.curves import plot_training_curves
 
-        plot_training_curves(state.history, outputs.plot, best_step=state.best_step)
+        plot_training_curves(
+            state.history, outputs.plot, state.best_step, summary["exported"], _exported_label(interpolation)
+        )
+
+
+def _exported_label(interpolation: dict[str, Any] | None) -> str:
+    if interpolation is None:
+        return "exported student (the best checkpoint)"
+    return f"exported student (WiSE-FT a={interpolation['alpha']:g})"
 
 
 def write_history_csv(history: list[dict[str, Any]], path: Path) -> None:
