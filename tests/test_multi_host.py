@@ -2,7 +2,8 @@
 and two workers that share nothing but the services' network endpoints.
 
 Every service runs on 127.0.0.1 on free ports (flows/services.py): the Prefect server, an MLflow tracking
-server storing models itself, a WebDAV DVC remote and a git daemon. The two "hosts" are two folders with
+server storing models itself, a WebDAV DVC remote and a git daemon; the two-host test runs them with
+authentication, as between hosts (tests/test_service_auth.py tests the refusals). The two "hosts" are two folders with
 their own HOME, Prefect home, caches, DVC cache and temporary folder; the project is the two-stage pipeline
 of tests/flows_helpers.py (a copied student, the real register stage).
 """
@@ -25,7 +26,7 @@ import pytest
 import yaml
 
 from flows.local_stack import _start, free_port, stop_group
-from flows.services import Services
+from flows.services import Credentials, Services
 from testbed.pipeline_project import REPO_ROOT, run
 from xdistill.errors import XdistillError
 from xdistill.registry.store import client_for, resolve_tracking_uri
@@ -254,9 +255,13 @@ print("SWEEP " + json.dumps(sweep(param_sets=members, deployment="distill/remote
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_two_hosts_share_only_the_services(tmp_path: Path) -> None:
+def test_two_hosts_share_only_the_services(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ports = {service: free_port() for service in ("prefect", "mlflow", "webdav", "git")}
-    services = Services("127.0.0.1", tmp_path / "services", ports)
+    # with authentication, as on a network (every host has the credentials from the env file)
+    credentials = Credentials.generate({})
+    services = Services("127.0.0.1", tmp_path / "services", ports, credentials=credentials)
+    for name, value in credentials.client_env().items():  # this process reads the registry below
+        monkeypatch.setenv(name, value)
     project = _mini_project_with_flows(tmp_path / "team-checkout")
     dvc = [sys.executable, "-m", "dvc"]
     workers: list[subprocess.Popen[bytes]] = []
@@ -306,6 +311,8 @@ def test_two_hosts_share_only_the_services(tmp_path: Path) -> None:
         _checked(["git", "clone", "--quiet", services.git_remote, "checkout"], third, env)
         checkout = third / "checkout"
         _checked([*dvc, "remote", "add", "--local", "--default", "services", services.dvc_remote], checkout, env)
+        for option, value in (("user", credentials.dvc_user), ("password", credentials.dvc_password)):
+            _checked([*dvc, "remote", "modify", "--local", "services", option, value], checkout, env)
         _checked([*dvc, "cache", "dir", "--local", str(third / "dvc-cache")], checkout, env)
         assert not list((third / "dvc-cache").rglob("*.*"))  # nothing of the run's data on this host yet
         _checked([*dvc, "exp", "pull", "origin", "wide-300"], checkout, env)  # the ref from git, the data from WebDAV
