@@ -11,7 +11,7 @@ A candidate version becomes champion only if
    more than ``tolerance`` below the champion's (languages the champion was not evaluated on
    cannot regress). Both primary scores must average the same tasks (the ``xdistill.tasks`` tag:
    an evaluation without mining is on another scale) under the same evaluation protocol (the
-   ``xdistill.protocol`` tag: languages, benchmarks, sample sizes, mining construction). With no
+   ``xdistill.protocol.*`` tags: languages, benchmarks, sample sizes, mining construction). With no
    champion yet, this check passes; a champion without scores (an alias set by hand) fails it.
 
 In every check a language score the reference has and the candidate lacks fails the check (an
@@ -19,7 +19,7 @@ evaluation on fewer languages cannot show it is not worse on the others).
 
 ``promote.compare_with`` chooses which of ``base``, ``teacher`` and ``champion`` are checked (all by
 default). The references' scores come from the evaluation that scored the candidate (they travel
-as the ``xdistill.references`` tag); a candidate registered without them fails checks 1 and 2.
+as the ``xdistill.ref.*`` tags); a candidate registered without them fails checks 1 and 2.
 
 A pure function of the scores (:func:`judge`): no MLflow here. Reading the scores from the store, moving
 the alias and recording the decision is :mod:`xdistill.registry.promotion`'s job.

@@ -1,7 +1,9 @@
 """Champion bookkeeping in the MLflow registry: :func:`promote`, :func:`rollback`, :func:`champion_history`.
 
 :func:`promote` reads the candidate's and the champion's scores from their version tags, asks the gate
-(:mod:`xdistill.registry.gate`) and moves the alias when it passes. The decision and its reasons are written as
+(:mod:`xdistill.registry.gate`) and moves the alias when it passes. A version whose registration has not
+completed (:mod:`xdistill.registry.pending`) is never a candidate: without ``version`` the newest completed
+one is judged, and naming a pending one is an error. The decision and its reasons are written as
 tags on the candidate version (``promotion.decision``, ``promotion.reasons``,
 ``promotion.compared_to``). Each promotion appends the version to the registered model's
 ``<alias>_history`` tag (a JSON list, one per alias; a champion set by hand joins it before the candidate
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from xdistill.errors import XdistillError
 from xdistill.registry.gate import CHAMPION_ALIAS, PromoteConfig, judge
+from xdistill.registry.pending import PENDING, STATE_TAG, is_pending
 from xdistill.registry.scores import Scores
 from xdistill.registry.store import client_for, promotion_lock, resolve_tracking_uri
 
@@ -75,6 +78,11 @@ def promote(
         if not candidate.isdigit():
             raise XdistillError(f"model version must be a number, got {candidate!r}")
         candidate_version = _get_version(client, model_name, candidate)
+        if is_pending(candidate_version.tags):
+            raise XdistillError(
+                f"{model_name} version {candidate} is a registration that has not completed (tag "
+                f"{STATE_TAG}={PENDING}): it is never judged; the next `xdistill register` removes it if it crashed"
+            )
         champion = _current_alias(client, model_name, config.alias)
         if champion == candidate:
             reasons = [f"version {candidate} already holds '{config.alias}'"]
@@ -165,9 +173,10 @@ def _cut_after(history: list[str], version: str) -> list[str]:
 
 
 def _newest_version(client: MlflowClient, model_name: str) -> str:
-    versions = client.search_model_versions(f"name = '{model_name}'")
+    """The newest version whose registration completed (a pending one may be a crashed registration's)."""
+    versions = [v for v in client.search_model_versions(f"name = '{model_name}'") if not is_pending(v.tags or {})]
     if not versions:
-        raise XdistillError(f"registered model '{model_name}' has no versions (run the register stage)")
+        raise XdistillError(f"registered model '{model_name}' has no completed versions (run the register stage)")
     return str(max(int(v.version) for v in versions))
 
 

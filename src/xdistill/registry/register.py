@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import re
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -31,7 +33,18 @@ from urllib.parse import urlsplit, urlunsplit
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.io import PARAMS_FILE, load_params, write_json_atomic
-from xdistill.registry.scores import Scores, read_summary_scores
+from xdistill.registry.pending import (
+    COMPLETE,
+    PENDING,
+    REGISTER_ROLE,
+    ROLE_TAG,
+    STATE_TAG,
+    clean_stale_registrations,
+    discard_registration,
+    logged_model_id,
+    owner_tags,
+)
+from xdistill.registry.scores import BASE_LABEL, TEACHER_LABEL, Scores, read_summary_scores
 from xdistill.registry.store import (
     DEFAULT_TRACKING_URI,
     client_for,
@@ -53,6 +66,16 @@ REGISTER_FILE = METRICS_DIR / "register.json"
 PROMOTION_FILE = METRICS_DIR / "promotion.json"  # the promote stage's decision on the registered version
 ARTIFACT_DIRS = ("plots", "reports", "metrics")
 MODEL_ARTIFACT_NAME = "student"
+MODEL_DATA_DIR = "model.sentence_transformer"  # the flavor's folder of the model inside the logged model
+HISTORY_FILE = Path("reports/train_history.csv")
+SCORES_ARTIFACT = "xdistill/scores.json"  # every score of the version (its tags hold them one by one)
+HISTORY_PREFIX = "train/"  # the training history's step-wise metrics: train/loss, train/dev_score
+# the data the student was trained and selected on, logged as the run's dataset inputs
+DATASETS = (
+    ("data/parallel/train.tsv.gz", "training"),
+    ("data/parallel/dev.tsv.gz", "validation"),
+    ("data/parallel/dev_mining.tsv.gz", "validation"),
+)
 # Logged with the model: MLflow derives the signature from it and the UI shows it.
 INPUT_EXAMPLE = ["A man is playing a guitar.", "Un hombre toca la guitarra.", "Ein Mann spielt Gitarre."]
 MAX_PARAM_LENGTH = 6000  # MLflow's limit on one param value
@@ -164,23 +187,37 @@ def register_run(
     mlflow.set_registry_uri(tracking_uri)
     client = client_for(tracking_uri)
     experiment_id = _ensure_experiment(client, config.experiment, tracking_uri)
+    cleaned = clean_stale_registrations(client, config.model_name, experiment_id)
+    if cleaned:
+        log.warning("removed what crashed registrations left: %s", ", ".join(cleaned))
     run_name = tags.get(DVC_EXPERIMENT_TAG) or f"register-{tags.get(GIT_COMMIT_TAG, 'nogit')[:8]}"
     log.info("MLflow run in experiment '%s' at %s", config.experiment, without_credentials(tracking_uri))
-    run = client.create_run(experiment_id, run_name=run_name, tags=tags)
+    owner = owner_tags()
+    run = client.create_run(experiment_id, run_name=run_name, tags={**tags, **owner, ROLE_TAG: REGISTER_ROLE})
     run_id = run.info.run_id
     version: str | None = None
+    model_id: str | None = None
+    wrote_record = False
     try:
         with mlflow.start_run(run_id=run_id):
+            client.set_tag(run_id, "mlflow.note.content", describe_run(inputs, facts))
             _log_params(client, run_id, inputs.params)
             _log_metrics(client, run_id, {**inputs.metrics, **facts})
+            _log_history(client, run_id, root / HISTORY_FILE)
+            _log_datasets(root)
             _log_artifacts(root, inputs.params_file)
-            model_uri = _log_student(root / STUDENT_DIR)
+            if inputs.scores is not None:
+                mlflow.log_dict(inputs.scores.as_dict(), SCORES_ARTIFACT)
+            model_uri, model_id = _log_student(client, root / STUDENT_DIR)
             log.info("registering a new version of '%s'", config.model_name)
             fact_tags = {key: f"{value:.10g}" for key, value in facts.items()}
+            version_tags = {**tags, **_score_tags(inputs.scores), **fact_tags, "run_id": run_id}
+            # pending until register.json names it: a registration killed before that is never judged
             model_version = mlflow.register_model(
-                model_uri, config.model_name, tags={**tags, **_score_tags(inputs.scores), **fact_tags, "run_id": run_id}
+                model_uri, config.model_name, tags={**version_tags, **owner, STATE_TAG: PENDING}
             )
             version = str(model_version.version)
+            _describe(client, config.model_name, version, inputs, facts)
             registration = Registration(
                 run_id=run_id,
                 experiment_id=experiment_id,
@@ -192,8 +229,12 @@ def register_run(
             # relative to the folder a relative store resolves against (the project; the Prefect flows
             # point it at the project from their private workspaces), so no machine path is committed
             write_json_atomic(root / REGISTER_FILE, registration.as_record(store_root))
+            wrote_record = True
+            client.set_model_version_tag(config.model_name, version, STATE_TAG, COMPLETE)
     except BaseException:
-        _undo(client, config.model_name, version, run_id)
+        if wrote_record:  # it names the version about to be deleted
+            (root / REGISTER_FILE).unlink(missing_ok=True)
+        discard_registration(client, config.model_name, version, run_id, model_id)
         raise
     log.info("registered %s version %s (run %s)", config.model_name, version, run_id)
     return registration
@@ -355,10 +396,155 @@ def _log_artifacts(root: Path, params_file: Path) -> None:
     log.info("logged params.yaml and the %s folders as artifacts", ", ".join(ARTIFACT_DIRS))
 
 
-def _log_student(student_dir: Path) -> str:
-    """Log the student with the sentence-transformers flavor; returns the logged model's URI."""
+def describe_run(inputs: _Inputs, facts: dict[str, float]) -> str:
+    """A few lines saying what the student is and how it scored (the run's and the version's description)."""
+    params = inputs.params
+    models = params.get("models") or {}
+    languages = params.get("languages") or []
+    lines = [
+        f"Multilingual sentence-embedding student distilled by xdistill from teacher `{models.get('teacher', '?')}` "
+        f"into base model `{models.get('student', '?')}`, for English and {', '.join(map(str, languages)) or '?'}.",
+        "",
+    ]
+    metrics = inputs.metrics
+    if inputs.scores is not None:
+        tasks = ", ".join(
+            f"{task} {metrics[f'eval.summary.task_{task}']:.2f}"
+            for task in inputs.scores.tasks
+            if f"eval.summary.task_{task}" in metrics
+        )
+        lines.append(f"- evaluation primary score: **{inputs.scores.primary:.2f}**" + (f" ({tasks})" if tasks else ""))
+        for label, name in ((BASE_LABEL, "base model, untrained"), (TEACHER_LABEL, "teacher")):
+            if label in inputs.scores.references:
+                lines.append(f"- {name}: {inputs.scores.references[label].primary:.2f}")
+    else:
+        lines.append("- no evaluation primary score: this version can never be promoted")
+    if "train.best.dev_score" in metrics:
+        step = metrics.get("train.best_step")
+        at = f" at step {step:.0f}" if step is not None else ""
+        lines.append(f"- dev score (checkpoint selection): {metrics['train.best.dev_score']:.2f}{at}")
+    if facts:
+        size = ", ".join(
+            f"{label} {facts[key]:.4g}"
+            for key, label in (
+                ("student.parameters", "parameters"),
+                ("student.dimension", "dimension"),
+                ("student.size_mb", "MB"),
+                ("student.sentences_per_second", "sentences/s on CPU"),
+            )
+            if key in facts
+        )
+        lines.append(f"- size and speed: {size}")
+    return "\n".join(lines)
+
+
+MODEL_DESCRIPTION = (
+    "Multilingual sentence-embedding students distilled by xdistill (a teacher's English space taught to a "
+    "multilingual student on parallel sentences). Each version is one pipeline run: its description and tags "
+    "hold its scores, its run the parameters, the training history and the reports. The `champion` alias is "
+    "moved by the promotion gate only (`xdistill promote`, `xdistill rollback`).\n\nLatest: {latest}"
+)
+
+
+def _describe(client: Any, model_name: str, version: str, inputs: _Inputs, facts: dict[str, float]) -> None:
+    description = describe_run(inputs, facts)
+    client.update_model_version(model_name, version, description=description)
+    latest = f"version {version}: {description.split(chr(10), 1)[0]}"
+    client.update_registered_model(model_name, description=MODEL_DESCRIPTION.format(latest=latest))
+
+
+def _log_history(client: Any, run_id: str, path: Path) -> None:
+    """The training history (one row per logged step) as step-wise ``train/<column>`` metrics."""
+    import csv
+    import time
+
+    from mlflow.entities import Metric
+
+    if not path.is_file():
+        log.info("no %s: the run gets no training curves", path)
+        return
+    now = int(time.time() * 1000)
+    entries = []
+    with path.open(encoding="utf-8", newline="") as handle:
+        for line, row in enumerate(csv.DictReader(handle), start=2):
+            try:
+                step = int(float(row.get("step") or ""))
+            except ValueError as exc:
+                raise InputFileError(path, f"step {row.get('step')!r} is not a number", line) from exc
+            for column, text in row.items():
+                if column in ("step", "kind") or column is None or not text:
+                    continue
+                try:
+                    value = float(text)
+                except (TypeError, ValueError):
+                    continue
+                if math.isfinite(value):
+                    entries.append(Metric(HISTORY_PREFIX + _metric_key(column), value, now, step))
+    for batch in _batches(entries, METRICS_PER_BATCH):
+        client.log_batch(run_id, metrics=batch)
+    log.info("logged %d training-history points", len(entries))
+
+
+def _metric_key(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_\-. :/]", "_", name)
+
+
+def _log_datasets(root: Path) -> None:
+    """The training and dev data as the run's dataset inputs, each with its digest (dvc.lock's md5 when the
+    pipeline recorded one, else computed)."""
+    import warnings
+
+    import mlflow
+    from mlflow.data.dataset_source_registry import resolve_dataset_source
+    from mlflow.data.meta_dataset import MetaDataset
+
+    recorded = _dvc_lock_digests(root / "dvc.lock")
+    for relative, context in DATASETS:
+        path = root / relative
+        if not path.is_file():
+            continue
+        digest = recorded.get(relative) or _md5(path)
+        with warnings.catch_warnings():  # "can be interpreted in multiple ways": both are the local source
+            warnings.simplefilter("ignore")
+            source = resolve_dataset_source(relative)
+        dataset = MetaDataset(source, name=path.name, digest=digest[:36])  # type: ignore[abstract]
+        mlflow.log_input(dataset, context=context)
+    log.info("logged the dataset inputs")
+
+
+def _dvc_lock_digests(lock: Path) -> dict[str, str]:
+    """path -> md5 of every stage dependency and output dvc.lock records."""
+    import yaml
+
+    try:
+        stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    digests = {}
+    for stage in stages.values():
+        for entry in [*(stage.get("deps") or []), *(stage.get("outs") or [])]:
+            if isinstance(entry, dict) and entry.get("path") and entry.get("md5"):
+                digests[str(entry["path"])] = str(entry["md5"])
+    return digests
+
+
+def _md5(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.md5(usedforsecurity=False)
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _log_student(client: Any, student_dir: Path) -> tuple[str, str | None]:
+    """Log the student with the sentence-transformers flavor, its teacher-space adapter inside the model's
+    folder when it has one (``models:/...`` then downloads both); returns the logged model's URI and id."""
     import mlflow
     from sentence_transformers import SentenceTransformer
+
+    from xdistill.adapter.model import ADAPTER_DIR, adapter_dir, has_adapter
 
     log.info("logging the student from %s (sentence-transformers flavor)", student_dir)
     model = SentenceTransformer(str(student_dir), device="cpu")
@@ -368,7 +554,20 @@ def _log_student(student_dir: Path) -> str:
         input_example=INPUT_EXAMPLE,
         pip_requirements=_pip_requirements(),
     )
-    return info.model_uri
+    model_id = getattr(info, "model_id", None)
+    if has_adapter(student_dir):
+        if model_id is None:
+            raise XdistillError("this MLflow has no logged-model ids: the teacher-space adapter cannot be logged")
+        # sentence-transformers' save leaves teacher_space/ out (it is no module of the model)
+        client.log_model_artifacts(model_id, str(adapter_dir(student_dir)), f"{MODEL_DATA_DIR}/{ADAPTER_DIR}")
+        log.info("logged the teacher-space adapter with the student")
+    return info.model_uri, model_id
+
+
+def model_folder(downloaded: str | Path) -> Path:
+    """The student's folder inside a downloaded registered model (``mlflow.artifacts.download_artifacts`` of
+    ``models:/xdistill-student@champion``): a sentence-transformers folder, ``teacher_space/`` included."""
+    return Path(downloaded) / MODEL_DATA_DIR
 
 
 def _pip_requirements() -> list[str]:
@@ -393,28 +592,10 @@ def unregister(registration: dict[str, str], lock_file: str | None = None) -> li
     name, version = registration["model_name"], registration["model_version"]
     with promotion_lock(tracking_uri, lock_file):
         try:
-            aliases = list(client.get_model_version(name, version).aliases or [])
+            model_version = client.get_model_version(name, version)
         except Exception as exc:  # the caller is handling another failure: report, never raise over it
             return [f"could not read {name} version {version}: {exc}"]
+        aliases = list(model_version.aliases or [])
         if aliases:
             return [f"{name} version {version} holds {', '.join(aliases)} (promoted meanwhile): left in place"]
-        return _undo(client, name, version, registration["run_id"])
-
-
-def _undo(client: Any, model_name: str, version: str | None, run_id: str) -> list[str]:
-    """Remove what a failed registration created: the model version, then the run; what could not be."""
-    problems = []
-    if version is not None:
-        try:
-            client.delete_model_version(model_name, version)
-            log.warning("registration failed: deleted %s version %s again", model_name, version)
-        except Exception as exc:  # keep the original error visible
-            problems.append(f"could not delete {model_name} version {version}: {exc}")
-    try:
-        client.set_terminated(run_id, status="FAILED")
-        client.delete_run(run_id)
-    except Exception as exc:
-        problems.append(f"could not mark run {run_id} failed: {exc}")
-    for problem in problems:
-        log.error("%s", problem)
-    return problems
+        return discard_registration(client, name, version, registration["run_id"], logged_model_id(model_version))

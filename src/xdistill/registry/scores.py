@@ -26,9 +26,13 @@ from xdistill.errors import InputFileError
 from xdistill.registry.store import numeric_leaves
 
 PRIMARY_SCORE_TAG = "xdistill.primary_score"
+TASKS_TAG = "xdistill.tasks"
+SCORE_TAG_PREFIX = "xdistill.score."  # + a language score's key: xdistill.score.de.sts17
+REFERENCE_TAG_PREFIX = "xdistill.ref."  # + label.primary_score, label.score.<key>
+PROTOCOL_TAG_PREFIX = "xdistill.protocol."  # + an evaluation setting
+# the earlier form: JSON objects in single tags, still read (versions registered before the short tags)
 PER_LANGUAGE_TAG = "xdistill.per_language"
 REFERENCES_TAG = "xdistill.references"
-TASKS_TAG = "xdistill.tasks"
 PROTOCOL_TAG = "xdistill.protocol"
 TASK_PREFIX = "task_"  # summary.json keys of the task scores the primary score averages
 # the evaluation's reference models a candidate is also judged against (labels of summary.json "models")
@@ -51,40 +55,72 @@ class Scores:
     protocol: dict[str, Any] = field(default_factory=dict)
 
     def as_tags(self) -> dict[str, str]:
-        """Model-version tags that carry these scores (the registry is the promotion's source of truth)."""
-        tags = {
-            PRIMARY_SCORE_TAG: repr(self.primary),
-            PER_LANGUAGE_TAG: json.dumps(self.per_language, sort_keys=True),
-        }
-        if self.references:
-            tags[REFERENCES_TAG] = json.dumps(
-                {
-                    label: {"primary": ref.primary, "per_language": ref.per_language}
-                    for label, ref in sorted(self.references.items())
-                },
-                sort_keys=True,
+        """Model-version tags that carry these scores (the registry is the promotion's source of truth).
+
+        One short value per tag, so the MLflow UI shows each in full: ``xdistill.score.de.sts17``, the
+        references' ``xdistill.ref.teacher.primary_score`` and ``xdistill.ref.teacher.score.en``, the tasks as
+        ``mining,retrieval,sts`` and each protocol setting as ``xdistill.protocol.<setting>`` (its JSON value).
+        """
+        tags = {PRIMARY_SCORE_TAG: repr(self.primary)}
+        tags.update({SCORE_TAG_PREFIX + key: repr(value) for key, value in sorted(self.per_language.items())})
+        for label, ref in sorted(self.references.items()):
+            tags[f"{REFERENCE_TAG_PREFIX}{label}.primary_score"] = repr(ref.primary)
+            tags.update(
+                {f"{REFERENCE_TAG_PREFIX}{label}.score.{key}": repr(value) for key, value in ref.per_language.items()}
             )
         if self.tasks:
-            tags[TASKS_TAG] = json.dumps(list(self.tasks))
-        if self.protocol:
-            tags[PROTOCOL_TAG] = json.dumps(self.protocol, sort_keys=True)
+            tags[TASKS_TAG] = ",".join(self.tasks)
+        for key, value in sorted(self.protocol.items()):
+            tags[PROTOCOL_TAG_PREFIX + key] = json.dumps(value, sort_keys=True)
         return tags
+
+    def as_dict(self) -> dict[str, Any]:
+        """The scores as one JSON object (the registration run's ``xdistill/scores.json`` artifact)."""
+        return {
+            "primary_score": self.primary,
+            "per_language": self.per_language,
+            "references": {
+                label: {"primary_score": ref.primary, "per_language": ref.per_language}
+                for label, ref in sorted(self.references.items())
+            },
+            "tasks": list(self.tasks),
+            "protocol": self.protocol,
+        }
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str]) -> Scores | None:
-        """Scores stored by :meth:`as_tags`, or None when the version carries none."""
+        """Scores stored by :meth:`as_tags` (or by its earlier form, JSON objects in single tags), or None when
+        the version carries none."""
         if PRIMARY_SCORE_TAG not in tags:
             return None
-        per_language = json.loads(tags.get(PER_LANGUAGE_TAG) or "{}")
+        per_language = {k: float(v) for k, v in json.loads(tags.get(PER_LANGUAGE_TAG) or "{}").items()}
         references = {
             label: cls(float(ref["primary"]), {k: float(v) for k, v in ref.get("per_language", {}).items()})
             for label, ref in json.loads(tags.get(REFERENCES_TAG) or "{}").items()
         }
-        tasks = tuple(str(task) for task in json.loads(tags.get(TASKS_TAG) or "[]"))
+        ref_primary: dict[str, float] = {}
+        ref_scores: dict[str, dict[str, float]] = {}
         protocol = json.loads(tags.get(PROTOCOL_TAG) or "{}")
-        return cls(
-            float(tags[PRIMARY_SCORE_TAG]), {k: float(v) for k, v in per_language.items()}, references, tasks, protocol
+        for key, value in tags.items():
+            if key.startswith(SCORE_TAG_PREFIX):
+                per_language[key[len(SCORE_TAG_PREFIX) :]] = float(value)
+            elif key.startswith(PROTOCOL_TAG_PREFIX):
+                protocol[key[len(PROTOCOL_TAG_PREFIX) :]] = json.loads(value)
+            elif key.startswith(REFERENCE_TAG_PREFIX):
+                label, _, rest = key[len(REFERENCE_TAG_PREFIX) :].partition(".")
+                if rest == "primary_score":
+                    ref_primary[label] = float(value)
+                elif rest.startswith("score."):
+                    ref_scores.setdefault(label, {})[rest[len("score.") :]] = float(value)
+        for label, primary in ref_primary.items():
+            references[label] = cls(primary, ref_scores.get(label, {}))
+        tasks_text = tags.get(TASKS_TAG) or ""
+        tasks = (
+            tuple(str(task) for task in json.loads(tasks_text))
+            if tasks_text.startswith("[")
+            else tuple(task for task in tasks_text.split(",") if task)
         )
+        return cls(float(tags[PRIMARY_SCORE_TAG]), per_language, references, tasks, protocol)
 
 
 def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summary.json") -> Scores | None:
