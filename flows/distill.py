@@ -57,6 +57,7 @@ from flows.registry_tasks import (
     unregister_unsaved,
     workspace_registration,
 )
+from flows.results import publish_result
 from flows.run_form import (
     Language,
     LossWeights,
@@ -180,6 +181,7 @@ def distill(
                 registration["tracking_uri"],
                 project_promote_section(params.get("promote"), root),
             )
+        publish_result(result)  # readable from any host: the sweep's summary, when this run ran elsewhere
         log.info("distill run done: %s", json.dumps(result))
         return result
     except BaseException as exc:

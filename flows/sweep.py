@@ -19,6 +19,7 @@ from prefect.artifacts import create_markdown_artifact
 from pydantic import MISSING
 
 from flows.distill import distill
+from flows.results import read_published_result
 from flows.run_form import is_set
 
 
@@ -117,7 +118,10 @@ def _member_result(state: Any, flow_run_id: str) -> dict[str, Any]:
         return {"failed": state.message if state else "no state", "flow_run": flow_run_id}
     try:
         return state.result()
-    except Exception as exc:  # the result was not persisted where this process can read it
+    except Exception as exc:  # persisted on the disk of the host that ran it: read its copy on the server
+        published = read_published_result(flow_run_id) if flow_run_id != "subflow" else None
+        if published is not None:
+            return published
         get_run_logger().warning("sweep member %s: its result cannot be read here (%s)", flow_run_id, exc)
         return {"flow_run": flow_run_id, "state": state.name}
 
