@@ -7,9 +7,12 @@ experiment's metrics and facts about its exported student land in ``bench/result
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,21 @@ from typing import Any
 from bench.machine import machine_summary
 from bench.quality.config import member_overrides
 from bench.quality.results import export_experiment, write_json
+from flows.workspace import PROJECT_ROOT_ENV
+
+
+@contextmanager
+def worker_of(project: Path) -> Iterator[None]:
+    """This process runs the flow as the worker of ``project`` (the flow runs only its worker's own project)."""
+    before = os.environ.get(PROJECT_ROOT_ENV)
+    os.environ[PROJECT_ROOT_ENV] = str(project)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PROJECT_ROOT_ENV, None)
+        else:
+            os.environ[PROJECT_ROOT_ENV] = before
 
 
 def run_member(
@@ -39,13 +57,14 @@ def run_member(
         print(f"{member['name']}: resuming the training checkpoints of {interrupted[-1]}", flush=True)
     started = time.monotonic()
     try:
-        outcome = distill(
-            overrides=member_overrides(config, member),
-            experiment=experiment,
-            project=str(project),
-            keep_workspace=True,
-            **({"resume_from": str(interrupted[-1])} if interrupted else {}),
-        )
+        with worker_of(project):
+            outcome = distill(
+                overrides=member_overrides(config, member),
+                experiment=experiment,
+                project=str(project),
+                keep_workspace=True,
+                **({"resume_from": str(interrupted[-1])} if interrupted else {}),
+            )
         for leftover in interrupted:  # their checkpoints served this run; only a finished run deletes them
             shutil.rmtree(leftover, ignore_errors=True)
         wall = time.monotonic() - started
