@@ -76,7 +76,7 @@ def test_a_model_folder_without_weights(good_text: Path, tmp_path: Path, capsys:
     assert error_line(capsys) == expected
     (folder / "modules.json").write_bytes(b"\x00\x01 not json")
     assert main(["models", "resolve", str(folder)]) == 2
-    assert error_line(capsys).startswith(f"error: {folder / 'modules.json'}: not valid JSON")
+    assert error_line(capsys).startswith(f"error: {folder / 'modules.json'}:1: not valid JSON")
 
 
 def test_teacher_embed_names_a_one_column_parallel_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
