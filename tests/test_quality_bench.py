@@ -97,8 +97,8 @@ def test_quality_run_tiny_member_registers_exports_and_reports(tmp_path: Path, m
 
     report = output.read_text()
     assert "## STS17" in report and "mUSE (R&G 2020, T1/T2)" in report and "Members not run yet: never-run" in report
-    table = markdown_table_after(report, "## Summary")
-    assert float(table["Tatoeba average (training languages)"]["tiny student <- MiniLM"]) == pytest.approx(
+    table = markdown_table_after(report, "## Every student")
+    assert float(table["Tatoeba average (training languages)"]["`tiny-minilm`"]) == pytest.approx(
         summary["tatoeba_average"], abs=0.05
     )
     assert float(
@@ -183,10 +183,10 @@ def test_quality_run_tiny_member_registers_exports_and_reports(tmp_path: Path, m
         for code in ("deu", "spa"):
             assert tatoeba[key]["scores"][code]["average"] == pytest.approx(pipeline_scores[label][code], abs=1.3)
     table = markdown_table_after(output.read_text(), "## Tatoeba, all languages")
-    assert float(table["average, all 3 languages"]["tiny student <- MiniLM"]) == pytest.approx(
+    assert float(table["average, all 3 languages"]["`tiny-minilm`"]) == pytest.approx(
         tatoeba["tiny-minilm"]["average"], abs=0.05
     )
-    assert float(table["average, the other languages"]["tiny student <- MiniLM"]) == pytest.approx(
+    assert float(table["average, the other languages"]["`tiny-minilm`"]) == pytest.approx(
         tatoeba["tiny-minilm"]["scores"]["fra"]["average"], abs=0.05
     )
     assert (results / "tatoeba_all.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the per-language plot,
