@@ -183,10 +183,10 @@ def test_quality_run_tiny_member_registers_exports_and_reports(tmp_path: Path, m
         for code in ("deu", "spa"):
             assert tatoeba[key]["scores"][code]["average"] == pytest.approx(pipeline_scores[label][code], abs=1.3)
     table = markdown_table_after(output.read_text(), "## Tatoeba, all languages")
-    assert float(table["average, all 3 languages"]["`tiny-minilm`"]) == pytest.approx(
+    assert float(table["average, all 3 languages"]["tiny student <- MiniLM"]) == pytest.approx(
         tatoeba["tiny-minilm"]["average"], abs=0.05
     )
-    assert float(table["average, the other languages"]["`tiny-minilm`"]) == pytest.approx(
+    assert float(table["average, the other languages"]["tiny student <- MiniLM"]) == pytest.approx(
         tatoeba["tiny-minilm"]["scores"]["fra"]["average"], abs=0.05
     )
     assert (results / "tatoeba_all.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the per-language plot,
