@@ -12,7 +12,7 @@ import pytest
 
 from tests.lightweight_helpers import E5_SPEC, LANGUAGES, tatoeba_pairs, tiny_e5_student
 from xdistill.cli.main import main
-from xdistill.errors import XdistillError
+from xdistill.errors import InputFileError, XdistillError
 from xdistill.export.files import ONNX_FILES
 from xdistill.export.onnx import narrowing_matmuls, outlier_matmuls
 from xdistill.export.runtime import load_student
@@ -187,6 +187,25 @@ def test_folders_without_weights_give_clear_errors(exported, tmp_path: Path, cap
     assert main(["export", str(source), "-o", str(tmp_path / "out"), "--formats", "tflite"]) == 2
     assert "'tflite' is not one of 'onnx', 'onnx-int8', 'fp16'" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_a_damaged_onnx_graph_is_named_not_a_traceback(exported, tmp_path: Path, damage: str, capsys) -> None:
+    _, folder = exported
+    copy = tmp_path / "damaged"
+    shutil.copytree(folder, copy)
+    graph = copy / ONNX_FILES["onnx"]
+    graph.write_bytes(graph.read_bytes()[: graph.stat().st_size // 2] if damage == "truncated" else b"")
+    with pytest.raises(InputFileError, match="onnxruntime cannot load it") as refused:
+        load_student(copy, "onnx")
+    assert refused.value.path == graph
+    text = tmp_path / "s.txt"
+    text.write_text("Hallo Welt\n", encoding="utf-8")
+    out = tmp_path / "v.npy"
+    assert main(["encode", str(text), "--model", str(copy), "--backend", "onnx", "-o", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {graph}: onnxruntime cannot load it (" in err and "the file is damaged" in err
+    assert "Traceback" not in err and not out.exists()
 
 
 def test_export_never_replaces_the_student(exported, capsys) -> None:

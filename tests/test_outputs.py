@@ -13,7 +13,7 @@ from xdistill.cli.main import main
 from xdistill.errors import XdistillError
 from xdistill.export.files import REPORT_FILE
 from xdistill.export.writer import export_student
-from xdistill.outputs import check_output_file
+from xdistill.outputs import check_output_file, check_writable
 
 NO_MODEL = "pypi:no-such-model"  # resolving it would fail: a refusal must come first
 
@@ -62,6 +62,42 @@ def test_an_output_below_a_file_is_refused_before_work(text: Path, tmp_path: Pat
     _refused(["encode", str(text), "--model", NO_MODEL, "-o", str(text / "out.npy")], capsys, "is a file, not a folder")
 
 
+UNWRITABLE = Path("/proc/xdistill-test")  # /proc takes no new file, for root too (os.access tells root yes)
+
+
+@pytest.mark.parametrize("command", ["encode", "search", "mine", "export"])
+def test_an_unwritable_destination_is_refused_before_work_even_for_root(
+    command: str, text: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The check writes a probe file: it fails for every user, in a second, before the model spec (which names no
+    model) is resolved or the (empty) student folder is read, and nothing is left behind."""
+    import time
+
+    index, student = tmp_path / "index.npy", tmp_path / "student"
+    np.save(index, np.eye(2, dtype=np.float32))
+    student.mkdir()
+    argv = {
+        "encode": ["encode", str(text), "--model", NO_MODEL, "--no-progress", "-o", str(UNWRITABLE / "out.npy")],
+        "search": ["search", str(text), "--index", str(index), "--model", NO_MODEL, "-o", str(UNWRITABLE / "h.tsv")],
+        "mine": ["mine", str(text), str(text), "--model", NO_MODEL, "-o", str(UNWRITABLE / "pairs.tsv")],
+        "export": ["export", str(student), "--formats", "fp16", "-o", str(UNWRITABLE / "export")],
+    }[command]
+    assert main(argv) == 2  # the first run imports the command's modules; the second is timed
+    err = capsys.readouterr().err
+    started = time.monotonic()
+    assert main(argv) == 2
+    assert time.monotonic() - started < 3 and capsys.readouterr().err == err
+    assert f"error: {UNWRITABLE}/" in err and "the folder /proc is not writable" in err and "Traceback" not in err
+    assert not UNWRITABLE.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.npy", "sentences.txt", "student"]  # nothing new
+
+
+def test_the_write_probe_leaves_nothing_behind(tmp_path: Path) -> None:
+    (tmp_path / "kept.txt").write_text("x", encoding="utf-8")
+    check_writable(tmp_path / "new" / "out.npy")  # the nearest existing folder is probed; none is made
+    assert [p.name for p in tmp_path.iterdir()] == ["kept.txt"]
+
+
 def test_an_output_that_is_a_folder_is_refused(text: Path, tmp_path: Path) -> None:
     with pytest.raises(XdistillError, match="is a folder"):
         check_output_file(tmp_path, [text])
@@ -93,7 +129,7 @@ def test_export_replaces_an_earlier_export_only_with_force(tmp_path: Path) -> No
 
 def _read_only_destination(tmp_path: Path) -> Path:
     """A folder no write may enter: ``chmod 555`` for a user, ``/sys`` for root (whom permissions do not stop, but
-    whom ``os.access`` still answers yes for: the write itself fails, after the checks)."""
+    whom ``os.access`` still answers yes for: the check's probe write finds it out)."""
     import os
 
     if os.geteuid() != 0:

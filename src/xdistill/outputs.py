@@ -7,7 +7,9 @@ read or failing after minutes of encoding.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -36,11 +38,21 @@ def check_apart_from_inputs(output: Path, inputs: Iterable[Path | str | None]) -
 
 
 def check_writable(output: Path) -> None:
-    """Refuse an output whose nearest existing parent is not a folder this user may write into."""
+    """Refuse an output whose nearest existing parent is not a folder that takes a new file.
+
+    The test is a real write: a uniquely named empty file is made in that folder and removed. ``os.access``
+    answers yes for root on a read-only mount or in ``/proc``, where the write itself would fail only after the
+    work; the probe fails there for every user, before any model is loaded. Outputs are still written atomically.
+    """
     parent = output.resolve().parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir():
         raise XdistillError(f"{output}: {parent} is a file, not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise XdistillError(f"{output}: the folder {parent} is not writable")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".xdistill-write-probe-", dir=parent)
+    except OSError as exc:
+        raise XdistillError(f"{output}: the folder {parent} is not writable ({exc.strerror or exc})") from None
+    os.close(handle)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(probe)

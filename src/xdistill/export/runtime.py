@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 from sentence_transformers.base.modules.input_module import InputModule
 
-from xdistill.errors import XdistillError
+from xdistill.errors import InputFileError, XdistillError
 from xdistill.export.files import BACKENDS, ONNX_FILES, TORCH_WEIGHT_FILES
 
 if TYPE_CHECKING:
@@ -94,9 +95,16 @@ class OnnxTransformer(InputModule):
         options.intra_op_num_threads = threads or torch.get_num_threads()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.onnx_path = Path(onnx_path)
-        self.session = ort.InferenceSession(
-            str(onnx_path), options, providers=["CPUExecutionProvider"], disabled_optimizers=DISABLED_ORT_FUSIONS
-        )
+        try:
+            self.session = ort.InferenceSession(
+                str(onnx_path), options, providers=["CPUExecutionProvider"], disabled_optimizers=DISABLED_ORT_FUSIONS
+            )
+        except _onnx_load_errors() as exc:  # a truncated, empty or overwritten graph: name the file
+            problem = _ort_problem(exc, self.onnx_path)
+            raise InputFileError(
+                self.onnx_path,
+                f"onnxruntime cannot load it ({problem}); the file is damaged, truncated or no ONNX graph",
+            ) from exc
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.tokenizer = tokenizer
         self._max_seq_length = max_seq_length
@@ -137,6 +145,34 @@ class OnnxTransformer(InputModule):
 
     def save(self, output_path: str, *args, **kwargs) -> None:
         raise XdistillError("an ONNX-backed student is not re-saved; export the PyTorch student with `xdistill export`")
+
+
+def _onnx_load_errors() -> tuple[type[Exception], ...]:
+    """What onnxruntime raises when a session cannot be made from a file: a graph that is no protobuf (truncated,
+    empty, overwritten), an invalid or unsupported graph, missing external data. Its own types only (none derives
+    from RuntimeError or OSError), so a bug elsewhere still surfaces as itself."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    return (
+        state.Fail,
+        state.InvalidArgument,
+        state.InvalidGraph,
+        state.InvalidProtobuf,
+        state.NoModel,
+        state.NoSuchFile,
+        state.NotImplemented,
+        state.RuntimeException,
+    )
+
+
+def _ort_problem(exc: Exception, path: Path) -> str:
+    """onnxruntime's message on one line, without its ``[ONNXRuntimeError] : 7 : INVALID_PROTOBUF :`` prefix
+    and without the path (the error names it)."""
+    message = " ".join(str(exc).replace(f"Load model from {path} failed:", "").split())
+    prefix = re.match(r"\[ONNXRuntimeError\] : \d+ : (\w+) : ", message)
+    if prefix:
+        message = f"{prefix.group(1).replace('_', ' ').lower()}: {message[prefix.end() :]}"
+    return message or type(exc).__name__
 
 
 def load_student(
