@@ -22,7 +22,7 @@ from tests.trainer_helpers import (
     write_parallel_files,
     write_params,
 )
-from xdistill.export.model_card import TrainingFacts, render_model_card, write_model_card
+from xdistill.export.model_card import TrainingFacts, card_for_registry, render_model_card, write_model_card
 
 
 def _front_matter(card: str) -> dict:
@@ -79,6 +79,22 @@ def test_a_card_without_training_facts_says_what_is_not_known(tmp_path: Path) ->
     path = write_model_card(copy, TrainingFacts(base_model="/some/folder", teacher="pypi:all-mpnet-base-v2"))
     written = path.read_text(encoding="utf-8")
     assert "`/some/folder`" in written and "sentence-transformers/all-mpnet-base-v2" in written
+
+
+def test_a_registered_student_without_a_card_gets_one_of_its_folder(tmp_path: Path) -> None:
+    import shutil
+
+    from tests.trainer_helpers import minilm_folder
+
+    copy = tmp_path / "student"
+    shutil.copytree(minilm_folder(), copy)  # the upstream card: another model's, not this student's
+    card = card_for_registry(copy, "other-name", shown_as="models/student")
+    assert "# xdistill student" in card.splitlines() and "- **Teacher:** not recorded" in card
+    assert 'SentenceTransformer("models/student")  # this folder' in card and copy.as_posix() not in card
+    assert "models:/other-name@champion" in card and "sentence_transformers_model_id" not in card
+    written = write_model_card(copy, TrainingFacts(teacher="pypi:all-mpnet-base-v2")).read_text(encoding="utf-8")
+    assert card_for_registry(copy) == written  # a card the train stage wrote is logged as it is
+    assert card_for_registry(copy, "other-name") == written.replace("xdistill-student@", "other-name@")
 
 
 def test_an_export_carries_the_students_card_not_the_template(trained: Path, tmp_path: Path) -> None:

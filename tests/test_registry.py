@@ -487,7 +487,11 @@ def test_register_cli_root_and_params_work_from_another_folder(tmp_path: Path, m
 def test_register_logs_everything_and_champion_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import mlflow
 
+    from xdistill.export.model_card import TrainingFacts, write_model_card
+    from xdistill.registry.register import model_folder
+
     root = make_outputs_project(tmp_path / "project", 0.42, {"de": {"sts17": 0.5, "tatoeba": 0.34}, "es": 0.4})
+    card = write_model_card(root / "models" / "student", TrainingFacts(teacher="pypi:all-minilm-l6-v2"))
     monkeypatch.chdir(root)
     monkeypatch.setenv("DVC_EXP_NAME", "tiny-exp")
     registration = register_run(root)
@@ -537,6 +541,10 @@ def test_register_logs_everything_and_champion_loads(tmp_path: Path, monkeypatch
     embeddings = champion.encode(sentences)
     assert embeddings.shape == (2, 384)
     np.testing.assert_allclose(embeddings, reference, atol=1e-5)
+    # the registered model carries the student's card, not sentence-transformers' template
+    downloaded = mlflow.artifacts.download_artifacts(registration.model_uri, dst_path=str(tmp_path / "download"))
+    logged_card = (model_folder(downloaded) / "README.md").read_text(encoding="utf-8")
+    assert logged_card == card.read_text(encoding="utf-8") and "sentence_transformers_model_id" not in logged_card
 
 
 @pytest.mark.slow

@@ -276,16 +276,38 @@ def write_model_card(folder: str | Path, facts: TrainingFacts, model_name: str =
 _LOAD_LINE = re.compile(r'^model = SentenceTransformer\("[^"\n]*"\)  # this folder$', re.MULTILINE)
 
 
+def read_own_card(folder: str | Path) -> str | None:
+    """The ``README.md`` of ``folder`` when :func:`write_model_card` wrote it; None for none, or another's."""
+    try:
+        text = (Path(folder) / CARD_FILE).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if CARD_HEADING in text.splitlines() else None
+
+
+def card_for_registry(student_dir: str | Path, model_name: str = REGISTERED_MODEL, shown_as: str | None = None) -> str:
+    """The ``README.md`` a registered version of the student carries (the register stage logs it in place of
+    sentence-transformers' template): the student's card as the train stage wrote it, its registry load lines
+    naming ``model_name``. A student without one (a folder made by other means) gets a card of what its folder
+    holds, its load line naming the folder ``shown_as`` (default: its path)."""
+    student_dir = Path(student_dir)
+    text = read_own_card(student_dir)
+    if text is None:
+        log.warning("%s has no card from the train stage: the registered model gets one of what it holds", student_dir)
+        text = render_model_card(student_dir, TrainingFacts(), model_name)
+        if shown_as is not None:
+            text = _LOAD_LINE.sub(lambda _: f'model = SentenceTransformer("{shown_as}")  # this folder', text)
+    elif model_name != REGISTERED_MODEL:
+        text = text.replace(f"models:/{REGISTERED_MODEL}@", f"models:/{model_name}@")
+    return text
+
+
 def card_for_export(student_dir: str | Path, export_dir: str | Path, formats: list[str]) -> Path | None:
     """Give an ``xdistill export`` folder its student's card (sentence-transformers wrote its template there when
     it saved the export): the load line pointed at the export, and what the export holds. None when the student
     has no card written by :func:`write_model_card` (nothing honest to copy)."""
-    student_card = Path(student_dir) / CARD_FILE
-    try:
-        text = student_card.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    if CARD_HEADING not in text.splitlines():
+    text = read_own_card(student_dir)
+    if text is None:
         return None
     export_dir = Path(export_dir)
     text = _LOAD_LINE.sub(

@@ -3,7 +3,8 @@
 One MLflow run per pipeline run holds the flattened ``params.yaml`` (params), every numeric value
 of ``metrics/**/*.json`` (metrics, prefixed by the file's path: ``eval.summary.primary_score``),
 the data report, the plots and reports (artifacts) and the student, logged with the
-sentence-transformers flavor and an input example. The student is then registered as a new
+sentence-transformers flavor and an input example, its model card (the ``README.md`` the train stage
+wrote) in place of sentence-transformers' template. The student is then registered as a new
 version of ``register.model_name`` carrying the evaluation scores as tags (the promotion gate
 reads them from there), and the student's size and speed (:mod:`xdistill.models.facts`: parameters,
 disk MB, dimension, sentences/s) as ``student.*`` metrics of the run and tags of the version.
@@ -208,7 +209,7 @@ def register_run(
             _log_artifacts(root, inputs.params_file)
             if inputs.scores is not None:
                 mlflow.log_dict(inputs.scores.as_dict(), SCORES_ARTIFACT)
-            model_uri, model_id = _log_student(client, root / STUDENT_DIR)
+            model_uri, model_id = _log_student(client, root / STUDENT_DIR, config.model_name)
             log.info("registering a new version of '%s'", config.model_name)
             fact_tags = {key: f"{value:.10g}" for key, value in facts.items()}
             version_tags = {**tags, **_score_tags(inputs.scores), **fact_tags, "run_id": run_id}
@@ -538,14 +539,19 @@ def _md5(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _log_student(client: Any, student_dir: Path) -> tuple[str, str | None]:
-    """Log the student with the sentence-transformers flavor, its teacher-space adapter inside the model's
-    folder when it has one (``models:/...`` then downloads both); returns the logged model's URI and id."""
+def _log_student(client: Any, student_dir: Path, model_name: str) -> tuple[str, str | None]:
+    """Log the student with the sentence-transformers flavor, its model card as the model folder's README.md
+    and its teacher-space adapter inside that folder when it has one (``models:/...`` then downloads all of
+    them); returns the logged model's URI and id."""
+    import tempfile
+
     import mlflow
     from sentence_transformers import SentenceTransformer
 
     from xdistill.adapter.model import ADAPTER_DIR, adapter_dir, has_adapter
+    from xdistill.export.model_card import CARD_FILE, card_for_registry
 
+    card = card_for_registry(student_dir, model_name, shown_as=STUDENT_DIR.as_posix())
     log.info("logging the student from %s (sentence-transformers flavor)", student_dir)
     model = SentenceTransformer(str(student_dir), device="cpu")
     info = mlflow.sentence_transformers.log_model(
@@ -553,11 +559,15 @@ def _log_student(client: Any, student_dir: Path) -> tuple[str, str | None]:
         name=MODEL_ARTIFACT_NAME,
         input_example=INPUT_EXAMPLE,
         pip_requirements=_pip_requirements(),
+        create_model_card=False,  # passed on to SentenceTransformer.save: our card is logged below instead
     )
     model_id = getattr(info, "model_id", None)
+    if model_id is None:
+        raise XdistillError("this MLflow has no logged-model ids: the model card cannot be logged with the model")
+    with tempfile.TemporaryDirectory(prefix="xdistill-card-") as folder:
+        (Path(folder) / CARD_FILE).write_text(card, encoding="utf-8")
+        client.log_model_artifacts(model_id, folder, MODEL_DATA_DIR)
     if has_adapter(student_dir):
-        if model_id is None:
-            raise XdistillError("this MLflow has no logged-model ids: the teacher-space adapter cannot be logged")
         # sentence-transformers' save leaves teacher_space/ out (it is no module of the model)
         client.log_model_artifacts(model_id, str(adapter_dir(student_dir)), f"{MODEL_DATA_DIR}/{ADAPTER_DIR}")
         log.info("logged the teacher-space adapter with the student")
