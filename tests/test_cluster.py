@@ -22,6 +22,7 @@ from xdistill.errors import XdistillError
 from xdistill.mining.stream import NpyRows, sharded_knn
 from xdistill.teacher.embed import embed_into_store
 from xdistill.teacher.store import TeacherStore, teacher_fingerprint
+from xdistill.vectors import OWN_SPACE, check_sidecar_matches, read_sidecar
 
 TEACHER = "pypi:all-minilm-l6-v2"
 FP16_TOLERANCE = 2e-3  # unit vectors in fp16: batches of other lengths round the last digit differently
@@ -167,16 +168,23 @@ def read_pairs(path: Path) -> list[tuple[float, str, str]]:
     return [(float(score), src, tgt) for score, src, tgt in rows]
 
 
-def test_cluster_mine_gives_the_pairs_of_mine(corpus_pair, tmp_path):
+def test_cluster_mine_gives_the_pairs_and_vector_sidecars_of_mine(corpus_pair, tmp_path):
     src, tgt = corpus_pair
     single, clustered = tmp_path / "single.tsv", tmp_path / "cluster.tsv"
     common = [str(src), str(tgt), "--model", TEACHER, "--shard-rows", "7"]
-    assert main(["mine", *common, "-o", str(single), "--no-progress"]) == 0
-    assert main(["cluster-mine", *common, "-o", str(clustered), "--workers", "2"]) == 0
+    kept, cluster_kept = tmp_path / "mine-work", tmp_path / "cluster-work"
+    assert main(["mine", *common, "-o", str(single), "--no-progress", "--work-dir", str(kept)]) == 0
+    assert main(["cluster-mine", *common, "-o", str(clustered), "--workers", "2", "--work-dir", str(cluster_kept)]) == 0
     ours, theirs = read_pairs(clustered), read_pairs(single)
     assert len(ours) > 20
     assert [(s, t) for _, s, t in ours] == [(s, t) for _, s, t in theirs]
     assert np.allclose([score for score, _, _ in ours], [score for score, _, _ in theirs], atol=2e-6)
+    # the kept embeddings say which model and space made them, as mine's do, so search can check them
+    for side in ("src.npy", "tgt.npy"):
+        info = read_sidecar(cluster_kept / side)
+        assert info is not None and info == read_sidecar(kept / side)
+        assert (info.model, info.space, info.dimension, info.rows) == (TEACHER, OWN_SPACE, 384, 30)
+        check_sidecar_matches(cluster_kept / side, info, np.load(cluster_kept / side).shape)
 
 
 def clustered_vectors(rng: np.random.Generator, rows: int, dim: int = 64, clusters: int = 50) -> np.ndarray:

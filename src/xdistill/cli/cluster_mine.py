@@ -4,15 +4,17 @@ Encoding runs in blocks on the workers; each side's search index is sharded acro
 IVF-PQ so a shard of a corpus far larger than one machine fits a worker); the k-NN lists of both
 directions are merged and margin-scored as ``xdistill mine`` does, and written the same way.
 ``--scheduler`` (or ``XDISTILL_SCHEDULER``) names a running Dask scheduler; without it a local cluster
-of ``--workers`` processes runs on this machine.
+of ``--workers`` processes runs on this machine. The embeddings kept in ``--work-dir`` carry the sidecar
+``xdistill encode`` writes (``src.npy.json``: which model and space made them), as those of ``xdistill mine`` do.
 """
 
 from __future__ import annotations
 
 import logging
 import tempfile
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -20,6 +22,9 @@ from xdistill.cli.export import backend_option
 from xdistill.cluster.knn import CLUSTER_INDEX_KINDS
 from xdistill.cluster.settings import cluster_options
 from xdistill.mining.margin import MARGINS, RETRIEVALS
+
+if TYPE_CHECKING:
+    from xdistill.vectors import VectorsInfo
 
 logger = logging.getLogger(__name__)
 
@@ -64,10 +69,12 @@ _TEXT_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 def command(src: Path, tgt: Path, output: Path, work_dir: Path | None, **options: Any) -> int:
     """Mine parallel sentence pairs between SRC and TGT on a Dask cluster."""
     from xdistill.mining.stream import LineFile
+    from xdistill.models.registry_model import pin_version
     from xdistill.outputs import check_output_file
 
     check_output_file(output, [src, tgt, options.get("model")])
     src_lines, tgt_lines = LineFile(src), LineFile(tgt)
+    options["model"] = pin_version(options["model"])  # one version on every worker, named in the sidecars
     output.parent.mkdir(parents=True, exist_ok=True)
     if work_dir is not None:
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -85,6 +92,7 @@ def _mine(src_lines, tgt_lines, output: Path, work_dir: Path, **options: Any) ->
     from xdistill.cluster.mine import encode_on_cluster, mine_on_cluster
     from xdistill.cluster.settings import ClusterSettings, dask_client
     from xdistill.mining.margin import MinedPairs
+    from xdistill.vectors import write_sidecar
 
     settings = ClusterSettings(scheduler=options["scheduler"], workers=options["workers"])
     index = IndexOptions(
@@ -95,20 +103,25 @@ def _mine(src_lines, tgt_lines, output: Path, work_dir: Path, **options: Any) ->
         rerank=options["rerank"],
     )
     text_rows = [src_lines.text_rows(), tgt_lines.text_rows()]  # blank lines are no candidates
+    model, device, backend = options["model"], options["device"], options["backend"]
     with dask_client(settings) as client:
-        embeddings = [
-            encode_on_cluster(
-                client,
-                lines,
-                rows,
-                work_dir.resolve() / f"{side}.npy",
-                model=options["model"],
-                device=options["device"],
-                backend=options["backend"],
-                batch_size=options["batch_size"],
+        # on a worker: the workers resolve the model (the client may not have it) and keep its encoder loaded
+        info = client.submit(worker_vectors_info, model, device, backend, pure=False).result()
+        embeddings = []
+        for side, lines, rows in (("src", src_lines, text_rows[0]), ("tgt", tgt_lines, text_rows[1])):
+            embeddings.append(
+                encode_on_cluster(
+                    client,
+                    lines,
+                    rows,
+                    work_dir.resolve() / f"{side}.npy",
+                    model=model,
+                    device=device,
+                    backend=backend,
+                    batch_size=options["batch_size"],
+                )
             )
-            for side, lines, rows in (("src", src_lines, text_rows[0]), ("tgt", tgt_lines, text_rows[1]))
-        ]
+            write_sidecar(embeddings[-1], replace(info, rows=len(rows)))
         pairs = mine_on_cluster(
             client,
             embeddings[0],
@@ -123,3 +136,12 @@ def _mine(src_lines, tgt_lines, output: Path, work_dir: Path, **options: Any) ->
     if options["threshold"] is not None:
         pairs = pairs.above(options["threshold"])
     return write_pairs(pairs, src_lines, tgt_lines, output, progress=False)
+
+
+def worker_vectors_info(model: str, device: str | None, backend: str) -> VectorsInfo:
+    """The sidecar record of ``model``'s vectors, computed on a worker with the encoder it encodes with."""
+    from xdistill.cluster.mine import worker_encoder
+    from xdistill.models.identity import vectors_info
+
+    dimension = worker_encoder(model, device, backend).dimension
+    return vectors_info(model, dimension, teacher_space=False, backend=backend)
