@@ -91,5 +91,7 @@ def test_judge_fails_what_it_cannot_compare() -> None:
 )
 def test_gate_settings_must_be_finite_and_not_negative(setting: dict[str, float]) -> None:
     # a NaN tolerance would pass every regression check (x < score - nan is always False)
-    with pytest.raises(XdistillError, match=f"params promote.{next(iter(setting))}: (must be|Input should be) a finite number"):
+    with pytest.raises(
+        XdistillError, match=f"params promote.{next(iter(setting))}: (must be|Input should be) a finite number"
+    ):
         PromoteConfig.from_params(setting)
