@@ -26,8 +26,8 @@ start from the variables below where they are set, else generated; the env file 
 * WebDAV requires ``XDISTILL_DVC_USER`` / ``XDISTILL_DVC_PASSWORD`` (basic auth); ``checkout`` writes them to the
   clone's ``.dvc/config.local``, as ``dvc remote modify --local services user|password`` would;
 * ``git daemon`` cannot authenticate: it serves only a loopback address. On any other address no git daemon
-  starts and ``XDISTILL_GIT_REMOTE`` is the bare repository over SSH (``ssh://HOST/<dir>/git/<name>.git``): the
-  hosts' SSH accounts are its authentication.
+  starts and ``XDISTILL_GIT_REMOTE`` is the bare repository over SSH (``ssh://HOST/<dir>/git/<name>.git``;
+  ``ssh://HOST:PORT/...`` with ``--ssh-port``): the hosts' SSH accounts are its authentication.
 
 ``up --no-auth`` starts the services without credentials, on a loopback address only: a service listening
 beyond 127.0.0.1 without credentials is refused. Basic auth sends the credentials in clear text: between hosts,
@@ -234,6 +234,9 @@ class Services:
     repo_name: str = "xdistill"
     # None: no authentication, which only a loopback host may run without (require_auth)
     credentials: Credentials | None = None
+    # the services host's SSH port in the git remote's URL beyond the loopback address; None: ssh's own (22, or
+    # what the hosts' ~/.ssh/config says)
+    ssh_port: int | None = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -261,8 +264,7 @@ class Services:
     @property
     def git_remote(self) -> str:
         if not self.git_daemon:  # the bare repository over SSH: the hosts' SSH accounts authenticate
-            host = f"[{self.host}]" if ":" in self.host else self.host
-            return f"ssh://{host}{self.git_repo}"
+            return ssh_git_remote(self.host, self.git_repo, self.ssh_port)
         return f"{self.url('git')}/{self.repo_name}.git"
 
     def require_auth(self, service: str) -> None:
@@ -433,6 +435,13 @@ class Services:
             stop_group(self.procs.pop(name))
 
 
+def ssh_git_remote(host: str, repo: Path, port: int | None = None) -> str:
+    """The bare repository ``repo`` on ``host`` over SSH: ``ssh://HOST[:PORT]/<path>``; ``port`` None: ssh's own
+    (22, or the hosts' ~/.ssh/config). git sends ``git-upload-pack '<path>'`` / ``git-receive-pack '<path>'``."""
+    host = f"[{host}]" if ":" in host else host
+    return f"ssh://{host}{f':{port}' if port else ''}{repo}"
+
+
 def services_credentials(state: Path) -> Credentials:
     """The credentials of the services whose state is ``state`` (:meth:`Credentials.load_or_create`); refused
     when they are lost but MLflow's auth database holds an admin of the old ones."""
@@ -537,6 +546,11 @@ def main(argv: list[str] | None = None) -> int:
         up.add_argument(f"--{service}-port", type=int, default=port)
     up.add_argument("--repo-name", default="xdistill", help="the git remote's name: git://HOST:PORT/<name>.git")
     up.add_argument(
+        "--ssh-port",
+        type=int,
+        help="beyond 127.0.0.1: the services host's SSH port in the git remote's URL (default 22)",
+    )
+    up.add_argument(
         "--seed", type=Path, default=PROJECT_ROOT, help="checkout whose branches fill a new git remote (default: this)"
     )
     up.add_argument(
@@ -562,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
         credentials = None if args.no_auth else services_credentials(state)
     except (OSError, ValueError, RuntimeError) as exc:
         raise SystemExit(f"error: {exc}") from None
-    services = Services(args.host, state, ports, args.repo_name, credentials)
+    services = Services(args.host, state, ports, args.repo_name, credentials, args.ssh_port)
     for signum in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C or `kill`: the orderly stop (flows/local_stack.py)
         signal.signal(signum, _interrupt)
     try:

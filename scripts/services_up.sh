@@ -3,7 +3,8 @@
 # server storing models itself, a WebDAV DVC remote and a git remote, all on one address. Ctrl-C stops them.
 #   scripts/services_up.sh --host 10.0.0.5      # the address every host reaches (default 127.0.0.1)
 # Options: --dir (state, default .services), --prefect-port 4200, --mlflow-port 5000, --webdav-port 8080,
-# --git-port 9418, --repo-name xdistill, --seed PATH (checkout that fills a new git remote; default this one).
+# --git-port 9418, --repo-name xdistill, --seed PATH (checkout that fills a new git remote; default this one),
+# --ssh-port PORT (beyond 127.0.0.1: the SSH port in the git remote's URL; default ssh's, 22).
 # Every service asks for credentials (MLflow basic-auth, Prefect's API auth string, a WebDAV account), kept in
 # <dir>/secrets.env (mode 600; made on the first start from MLFLOW_TRACKING_USERNAME/PASSWORD,
 # PREFECT_API_AUTH_STRING, XDISTILL_DVC_USER/PASSWORD where set, else generated). Beyond 127.0.0.1 the git
