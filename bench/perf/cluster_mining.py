@@ -17,7 +17,8 @@ mined. From the cluster's task timings (per shard and per query block) a last ro
 10^8 x 10^8 run needs: workers, memory per worker, hours.
 
     python -m bench.perf.cluster_mining                 # 2e5 x 2e5, a few minutes on 2 cores
-    python -m bench.perf.cluster_mining --rows 1000000  # the 1e6 x 1e6 run (~15 min on 2 cores)
+    python -m bench.perf.cluster_mining --rows 1000000 --shard-rows 500000 --train-rows 78000
+                                                        # the recorded 1e6 x 1e6 run: ~25 min on 2 cores
     python -m bench.perf.cluster_mining --tiny          # seconds; prints, does not overwrite results
 """
 
