@@ -11,6 +11,7 @@ from bench.quality.columns import wall_time_cell
 from bench.quality.load import embedded_default
 from bench.quality.sections.ablation import stsb_noise_note
 from bench.quality.sections.adapter_sweep import adapter_sweep_section
+from bench.quality.sections.at_a_glance import glance_section
 from bench.quality.sections.summary import summary_table
 from bench.quality.sections.tatoeba_all import _other_languages_shift
 from bench.quality.targets import light_targets, targets_section
@@ -149,3 +150,31 @@ def test_results_md_checks_the_targets_on_the_committed_embedded_default() -> No
     entry = targets_section(default).split("\n", 4)[4].strip()  # the entry, without the section's heading
     assert entry.startswith("**the embedded default") and "targets met" in entry
     assert entry in (REPO_ROOT / "RESULTS.md").read_text(), "RESULTS.md is stale: run `python -m bench.quality report`"
+
+
+def _run_data(languages: list[str], **models: float) -> dict[str, Any]:
+    """A run's data as the report loads it: params' languages and the eval summary's primary scores."""
+    summary = {
+        name: {"primary_score": score, "sts17_crosslingual_average": score - 10} for name, score in models.items()
+    }
+    return {"params": {"languages": languages}, "eval": {"summary": {"models": summary}}}
+
+
+def test_the_glance_compares_each_student_with_its_own_runs_untrained_student(tmp_path: Path) -> None:
+    """The default run and the quality run score different languages: each student sits in its own table,
+    and its gain is against the untrained student scored on the same languages, never the other run's."""
+    quality = _run_data(["de", "fr"], **{"student-untrained": 83.1, "muse": 82.5, "student": 85.7})
+    default = _run_data(["de"], **{"student-untrained": 82.4, "muse": 82.2, "student": 83.9})
+    text = glance_section(
+        [({"name": "q"}, quality)], [({"name": "default"}, default)], {}, "q", tmp_path / "glance.png", tmp_path
+    )
+    default_table = markdown_table_after(text, "**Default run")
+    quality_table = markdown_table_after(text, "**Quality run")
+    assert default_table["untrained student (mE5-small)"]["primary score"] == "82.4"
+    assert quality_table["untrained student (mE5-small)"]["primary score"] == "83.1"
+    assert "default student" in default_table and "default student" not in quality_table
+    assert "The default student scores 83.9 on the primary score, +1.5 against" in text
+    assert "quality student (`q`) scores 85.7 on the primary score, +2.6 against" in text
+    assert (tmp_path / "glance.png").is_file()
+    # without the chosen member there is nothing to show
+    assert glance_section([({"name": "q"}, quality)], [], {}, "other", tmp_path / "g.png", tmp_path) == ""

