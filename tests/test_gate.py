@@ -95,3 +95,27 @@ def test_gate_settings_must_be_finite_and_not_negative(setting: dict[str, float]
         XdistillError, match=f"params promote.{next(iter(setting))}: (must be|Input should be) a finite number"
     ):
         PromoteConfig.from_params(setting)
+
+
+def test_the_gap_to_the_teacher_has_its_own_tolerance_and_is_always_reported() -> None:
+    """A small student may trail a large English teacher on English (the quality run's student: 87.6
+    against mpnet's 90.6): the teacher check has its own tolerance, and the gap is a reason every time."""
+    base = Scores(0.80, {"en.sts17": 0.860, "de": 0.70})
+    teacher = Scores(0.25, {"en.sts17": 0.906})
+    refs = {"student-untrained": base, "teacher": teacher}
+    trailing = Scores(0.85, {"en.sts17": 0.876, "de": 0.75}, refs)
+    shared = judge(trailing, None, 0.0, 0.01)  # one shared tolerance: the -0.03 gap refuses it
+    assert not shared.promote and shared.teacher_gap == pytest.approx({"en.sts17": -0.03})
+    allowed = judge(trailing, None, 0.0, 0.01, teacher_tolerance=0.05)
+    assert allowed.promote and allowed.teacher_gap == pytest.approx({"en.sts17": -0.03})
+    assert "English gap to the teacher (allowed 0.0500 below): en.sts17 -0.03" in allowed.reasons
+    assert not judge(trailing, None, 0.0, 0.01, teacher_tolerance=0.02).promote  # beyond its own tolerance
+    # English below the untrained student is refused by the base check, whatever the teacher tolerance
+    below_base = Scores(0.85, {"en.sts17": 0.84, "de": 0.75}, refs)
+    refused = judge(below_base, None, 0.0, 0.01, teacher_tolerance=1.0)
+    assert not refused.promote and any(r.startswith("en.sts17 regressed") for r in refused.reasons)
+    # without the teacher check there is no gap to report
+    assert judge(trailing, None, 0.0, 0.01, ("base",)).teacher_gap == {}
+    with pytest.raises(XdistillError, match="params promote.teacher_tolerance"):
+        PromoteConfig.from_params({"teacher_tolerance": -1.0})
+    assert PromoteConfig.from_params(None).teacher_tolerance == 5.0

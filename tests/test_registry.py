@@ -19,7 +19,14 @@ from registry_helpers import MODEL_NAME, cheap_version, make_outputs_project, se
 
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.registry.gate import PromoteConfig, judge
-from xdistill.registry.promotion import DECISION_TAG, REASONS_TAG, champion_history, promote, rollback
+from xdistill.registry.promotion import (
+    DECISION_TAG,
+    REASONS_TAG,
+    TEACHER_GAP_TAG,
+    champion_history,
+    promote,
+    rollback,
+)
 from xdistill.registry.register import RegisterConfig, read_registration, register_run
 from xdistill.registry.scores import Scores
 from xdistill.registry.store import REGISTRY_ROOT_ENV, client_for, promotion_lock_path, resolve_tracking_uri
@@ -331,6 +338,8 @@ def test_gate_refuses_a_candidate_worse_than_its_base_on_a_real_store(tracking_u
         == "promoted"
     )
     assert _alias(tracking_uri) == better
+    # the English gap to the teacher is a version tag, readable in the UI, whatever the decision
+    assert _tags(tracking_uri, better)[TEACHER_GAP_TAG] == "en +0.05"
 
 
 def test_promote_and_rollback_cli_find_the_params_files_store(

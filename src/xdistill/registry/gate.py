@@ -5,8 +5,11 @@ A candidate version becomes champion only if
 1. it is not worse than the untrained student it was distilled from (``base``): its primary
    score is at least the base's, and no language score falls more than ``tolerance`` below the
    base's;
-2. on English it is not worse than its teacher (``teacher``): each English score (``en``, or
-   ``en.<benchmark>`` when scores are per benchmark) is at most ``tolerance`` below the teacher's;
+2. on English it is not far below its teacher (``teacher``): each English score (``en``, or
+   ``en.<benchmark>`` when scores are per benchmark) is at most ``teacher_tolerance`` below the teacher's.
+   A small multilingual student may trail a large English teacher on English by a few points, so this
+   gap has its own setting; it is never waived silently: every English gap is a reason and a version tag
+   (``promotion.teacher_gap``), and English may not regress against the untrained student (check 1);
 3. its primary score beats the champion's by more than ``margin``, and no language score falls
    more than ``tolerance`` below the champion's (languages the champion was not evaluated on
    cannot regress). Both primary scores must average the same tasks (the ``xdistill.tasks`` tag:
@@ -48,12 +51,13 @@ class PromoteConfig:
 
     margin: float = 0.0
     tolerance: float = 1.0
+    teacher_tolerance: float = 5.0
     alias: str = CHAMPION_ALIAS
     lock_file: str | None = None
     compare_with: tuple[str, ...] = COMPARISONS
 
     def __post_init__(self) -> None:
-        for name in ("margin", "tolerance"):
+        for name in ("margin", "tolerance", "teacher_tolerance"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 # NaN would switch every comparison off (x < score - nan is always False)
@@ -74,6 +78,8 @@ class GateDecision:
 
     promote: bool
     reasons: list[str] = field(default_factory=list)
+    # English score key -> candidate minus teacher (points), for every English score both have
+    teacher_gap: dict[str, float] = field(default_factory=dict)
 
 
 def judge(
@@ -84,9 +90,11 @@ def judge(
     compare_with: tuple[str, ...] = COMPARISONS,
     *,
     champion_version: str | None = None,
+    teacher_tolerance: float | None = None,
 ) -> GateDecision:
     """Apply the gate (module docstring) to a candidate's scores. ``champion`` None: there is none, unless
-    ``champion_version`` names the version holding the alias (then it has no scores and the check fails)."""
+    ``champion_version`` names the version holding the alias (then it has no scores and the check fails).
+    ``teacher_tolerance`` None: the teacher check uses ``tolerance``."""
     if candidate is None:
         return GateDecision(False, ["candidate has no evaluation scores (tag xdistill.primary_score)"])
     reasons: list[str] = []
@@ -95,10 +103,15 @@ def judge(
         failed |= _check_reference(
             candidate, BASE_LABEL, "untrained student", tolerance, reasons, primary=True, languages=None
         )
+    gap: dict[str, float] = {}
     if "teacher" in compare_with:
+        allowed = tolerance if teacher_tolerance is None else teacher_tolerance
         failed |= _check_reference(
-            candidate, TEACHER_LABEL, "teacher", tolerance, reasons, primary=False, languages=(ENGLISH,)
+            candidate, TEACHER_LABEL, "teacher", allowed, reasons, primary=False, languages=(ENGLISH,)
         )
+        gap = teacher_gap(candidate)
+        if gap:
+            reasons.append(f"English gap to the teacher (allowed {allowed:.4f} below): {format_gap(gap)}")
     if "champion" in compare_with:
         if champion is None and champion_version is not None:
             reasons.append(
@@ -131,7 +144,24 @@ def judge(
             reasons.extend(regressions)
             failed |= _missing_scores(candidate, champion, "champion", None, reasons)
             failed |= not beats or bool(regressions)
-    return GateDecision(not failed, reasons)
+    return GateDecision(not failed, reasons, gap)
+
+
+def teacher_gap(candidate: Scores) -> dict[str, float]:
+    """Candidate minus teacher on each English score both have (empty without the teacher's scores)."""
+    reference = candidate.references.get(TEACHER_LABEL)
+    if reference is None:
+        return {}
+    return {
+        key: candidate.per_language[key] - score
+        for key, score in sorted(reference.per_language.items())
+        if _of_languages(key, (ENGLISH,)) and key in candidate.per_language
+    }
+
+
+def format_gap(gap: dict[str, float]) -> str:
+    """``en.sts17 -3.00, en.stsb -1.20``: the English gaps to the teacher as a short line."""
+    return ", ".join(f"{key} {value:+.2f}" for key, value in gap.items())
 
 
 def _protocol_differences(candidate: Scores, champion: Scores) -> list[str]:

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from xdistill.errors import XdistillError
-from xdistill.registry.gate import CHAMPION_ALIAS, PromoteConfig, judge
+from xdistill.registry.gate import CHAMPION_ALIAS, GateDecision, PromoteConfig, format_gap, judge
 from xdistill.registry.pending import PENDING, STATE_TAG, is_pending
 from xdistill.registry.scores import Scores
 from xdistill.registry.store import client_for, promotion_lock, resolve_tracking_uri
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 HISTORY_TAG_SUFFIX = "_history"  # <alias>_history: champion_history for the default alias
 DECISION_TAG = "promotion.decision"
 REASONS_TAG = "promotion.reasons"
+TEACHER_GAP_TAG = "promotion.teacher_gap"  # English, candidate minus teacher: never waived silently
 COMPARED_TO_TAG = "promotion.compared_to"
 DECIDED_AT_TAG = "promotion.decided_at"
 ROLLED_BACK_TAG = "promotion.rolled_back_at"
@@ -97,6 +98,7 @@ def promote(
             config.tolerance,
             config.compare_with,
             champion_version=champion,
+            teacher_tolerance=config.teacher_tolerance,
         )
         verdict = PROMOTED if decision.promote else REFUSED
         if decision.promote:
@@ -108,7 +110,7 @@ def promote(
                 _write_history(client, model_name, config.alias, before)  # the alias did not move
                 raise
         # after the alias move: a version tagged "promoted" holds (or held) the alias
-        _tag_decision(client, model_name, candidate, verdict, decision.reasons, champion)
+        _tag_decision(client, model_name, candidate, verdict, decision, champion)
         new_champion = candidate if decision.promote else champion
     log.info("%s version %s %s: %s", model_name, candidate, verdict, "; ".join(decision.reasons))
     return PromotionResult(model_name, candidate, verdict, decision.reasons, champion, new_champion)
@@ -230,11 +232,12 @@ def _write_history(client: MlflowClient, model_name: str, alias: str, history: l
 
 
 def _tag_decision(
-    client: MlflowClient, model_name: str, version: str, verdict: str, reasons: list[str], champion: str | None
+    client: MlflowClient, model_name: str, version: str, verdict: str, decision: GateDecision, champion: str | None
 ) -> None:
     tags = {
         DECISION_TAG: verdict,
-        REASONS_TAG: "; ".join(reasons)[:MAX_TAG_LENGTH],
+        REASONS_TAG: "; ".join(decision.reasons)[:MAX_TAG_LENGTH],
+        TEACHER_GAP_TAG: format_gap(decision.teacher_gap) or "none",
         COMPARED_TO_TAG: champion or "none",
         DECIDED_AT_TAG: _now(),
     }
