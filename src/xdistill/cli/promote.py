@@ -67,6 +67,7 @@ def registry_settings(params: str, tracking_uri: str | None, model_name: str | N
 @click.option("--version", "version", default=None, help="candidate version (default: the newest)")
 @click.option("--margin", type=float, default=None, help="override promote.margin")
 @click.option("--tolerance", type=float, default=None, help="override promote.tolerance")
+@click.option("--teacher-tolerance", type=float, default=None, help="override promote.teacher_tolerance")
 @registry_options
 @click.option("--strict", is_flag=True, help=f"exit with status {REFUSED_STATUS} when refused")
 @click.option(
@@ -79,6 +80,7 @@ def command(
     version: str | None,
     margin: float | None,
     tolerance: float | None,
+    teacher_tolerance: float | None,
     params: str,
     tracking_uri: str | None,
     model_name: str | None,
@@ -102,6 +104,8 @@ def command(
         section["margin"] = margin
     if tolerance is not None:
         section["tolerance"] = tolerance
+    if teacher_tolerance is not None:
+        section["teacher_tolerance"] = teacher_tolerance
     result = promote(model_name, version, tracking_uri=tracking_uri, config=PromoteConfig.from_params(section))
     click.echo(json.dumps(result.as_dict(), indent=2))
     if output is not None:
