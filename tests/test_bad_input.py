@@ -249,3 +249,30 @@ def test_baselines_that_cannot_be_reported_are_refused_up_front(
         (tmp_path / name).write_bytes(content)
     with pytest.raises(XdistillError, match=problem.replace("(", r"\(")):
         load_baselines(tmp_path)
+
+
+def test_a_damaged_mlflow_store_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "mlflow.db"
+    store.write_bytes(b"not a database, a text file by mistake\n" * 100)
+    params = tmp_path / "params.yaml"
+    params.write_text("register:\n  tracking_uri: sqlite:///mlflow.db\n", encoding="utf-8")
+    assert main(["promote", "--params", str(params)]) == 2
+    assert f"{store}: the MLflow store is not a readable SQLite database" in error_line(capsys)
+    assert store.read_bytes().startswith(b"not a database")  # left as it was
+
+
+def test_an_unreachable_tracking_server_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text("register: {}\n", encoding="utf-8")
+    assert main(["promote", "--tracking-uri", f"http://127.0.0.1:{port}", "--version", "1"]) == 2
+    line = error_line(capsys)
+    assert line.startswith("error: MLflow tracking store: ") and f"127.0.0.1:{port}" in line

@@ -7,7 +7,8 @@ transformers and MLflow are imported inside the commands, never at module level.
 
 Errors: a usage error (unknown option, missing argument, a file that does not exist) is
 reported by click with the command's usage; an :class:`XdistillError` (bad input the user can
-fix) is printed as one line, ``error: <message>``. Both exit with status 2.
+fix) and an MLflow tracking-store failure (unreachable, refused, damaged) are printed as one line,
+``error: <message>``. All exit with status 2.
 
 Shell completion (bash, zsh, fish), e.g. for bash::
 
@@ -103,7 +104,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.Abort:
         click.echo("Aborted!", err=True)
         return 1
+    except Exception as exc:
+        if not _is_store_error(exc):
+            raise
+        # the tracking store failed (unreachable server, refused login, damaged database): one line, no
+        # traceback; the message names the store's URL or table, and -v logs the rest
+        logging.getLogger(__name__).debug("MLflow store error", exc_info=True)
+        click.echo(f"error: MLflow tracking store: {_first_line(exc)}", err=True)
+        return ERROR_STATUS
     return int(status or 0)
+
+
+def _is_store_error(exc: BaseException) -> bool:
+    """An exception raised by MLflow or by its database layer (SQLAlchemy), checked by module so that neither
+    library is imported here."""
+    return type(exc).__module__.split(".", 1)[0] in ("mlflow", "sqlalchemy")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 if __name__ == "__main__":

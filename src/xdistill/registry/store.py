@@ -109,7 +109,25 @@ def client_for(tracking_uri: str) -> MlflowClient:
     store = local_store_path(tracking_uri)
     if store is not None and tracking_uri.startswith("sqlite:"):
         store.parent.mkdir(parents=True, exist_ok=True)
+        check_sqlite_store(store)
     return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+
+def check_sqlite_store(path: Path) -> None:
+    """Refuse a local store file that is not an SQLite database (damaged, truncated, another file), naming it,
+    before MLflow's SQLAlchemy layer fails on it with a traceback; a missing file is a new, empty store."""
+    import sqlite3
+
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as connection:
+            connection.execute("PRAGMA schema_version").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise XdistillError(
+            f"{path}: the MLflow store is not a readable SQLite database ({exc}); restore it from a backup "
+            "or move it away to start an empty store"
+        ) from exc
 
 
 def promotion_lock_path(tracking_uri: str, lock_file: str | None = None) -> Path:
