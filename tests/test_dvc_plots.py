@@ -12,9 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 HISTORY = ROOT / "reports" / "train_history.csv"
 
 
-def test_dvc_plots_show_the_training_curves_from_the_history() -> None:
-    shown = subprocess.run(
-        [sys.executable, "-m", "dvc", "plots", "show", "--json"],
+def test_dvc_plots_show_the_training_curves_from_the_history(tmp_path: Path) -> None:
+    shown = subprocess.run(  # -o: dvc writes the rendered plots there, not into the repository
+        [sys.executable, "-m", "dvc", "plots", "show", "--json", "-o", str(tmp_path / "plots")],
         cwd=ROOT,
         capture_output=True,
         text=True,
