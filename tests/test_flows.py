@@ -262,10 +262,10 @@ def test_outputs_a_lock_names_but_this_cache_lacks_come_from_the_run_cache(tmp_p
 def test_resume_from_copies_an_interrupted_runs_checkpoints_into_the_workspace(tmp_path: Path) -> None:
     killed, fresh = tmp_path / ".p-exp-a-20261127-0502", tmp_path / ".p-exp-a-20261127-0750"
     (killed / "data" / "checkpoints").mkdir(parents=True)
-    for name in ("last.pt", "best.pt", "initial.pt"):
+    for name in ("last.pt", "best.pt", "start.pt"):
         (killed / "data" / "checkpoints" / name).write_bytes(name.encode())
     fresh.mkdir()
-    assert run_workspace.copy_checkpoints(killed, fresh) == ["best.pt", "initial.pt", "last.pt"]
+    assert run_workspace.copy_checkpoints(killed, fresh) == ["best.pt", "last.pt", "start.pt"]
     assert (fresh / "data" / "checkpoints" / "last.pt").read_bytes() == b"last.pt"
     with pytest.raises(ValueError, match=r"resume_from: .*data/checkpoints holds no training checkpoint"):
         run_workspace.copy_checkpoints(fresh / "elsewhere", tmp_path / "other")

@@ -37,13 +37,13 @@ def test_judge_against_the_untrained_student_and_the_teacher() -> None:
     base = Scores(0.50, {"en": 0.80, "de": 0.50, "es": 0.40})
     teacher = Scores(0.20, {"en": 0.88})
     refs = {"student-untrained": base, "teacher": teacher}
-    # better than the base everywhere, English within tolerance of the teacher: promoted (no champion)
+    # better than the untrained student everywhere, English within tolerance of the teacher: promoted (no champion)
     good = judge(Scores(0.55, {"en": 0.87, "de": 0.52, "es": 0.41}, refs), None, 0.01, 0.02)
     assert good.promote, good.reasons
-    # primary below the base's: refused although no language regressed
+    # primary below the untrained student's: refused although no language regressed
     low = judge(Scores(0.49, {"en": 0.87, "de": 0.52, "es": 0.41}, refs), None, 0.01, 0.02)
     assert not low.promote and any("below the untrained student" in r for r in low.reasons)
-    # es 0.03 below the base (tolerance 0.02): refused, naming es and the base
+    # es 0.03 below the untrained student (tolerance 0.02): refused, naming es and the untrained student
     regress = judge(Scores(0.60, {"en": 0.87, "de": 0.60, "es": 0.37}, refs), None, 0.01, 0.02)
     assert not regress.promote
     assert any(r.startswith("es regressed 0.3700 vs untrained student 0.4000") for r in regress.reasons)
@@ -110,7 +110,7 @@ def test_the_gap_to_the_teacher_has_its_own_tolerance_and_is_always_reported() -
     assert allowed.promote and allowed.teacher_gap == pytest.approx({"en.sts17": -0.03})
     assert "English gap to the teacher (allowed 0.0500 below): en.sts17 -0.03" in allowed.reasons
     assert not judge(trailing, None, 0.0, 0.01, teacher_tolerance=0.02).promote  # beyond its own tolerance
-    # English below the untrained student is refused by the base check, whatever the teacher tolerance
+    # English below the untrained student is refused by the check against it, whatever the teacher tolerance
     below_base = Scores(0.85, {"en.sts17": 0.84, "de": 0.75}, refs)
     refused = judge(below_base, None, 0.0, 0.01, teacher_tolerance=1.0)
     assert not refused.promote and any(r.startswith("en.sts17 regressed") for r in refused.reasons)

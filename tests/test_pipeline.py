@@ -113,7 +113,7 @@ def test_first_repro_runs_every_stage_and_writes_every_output(first_repro: First
     assert rotation["mse_after"] <= rotation["mse_before"]
     assert train["exported"]["dev_mse_x100"] <= chosen["dev_mse_x100"] * 1.02
     assert train["exported"]["dev_sts"] == pytest.approx(chosen["dev_sts"], abs=0.5)
-    assert {"dev_sts_en-en", "dev_sts_de-en", "dev_teacher_accuracy"} <= set(train["initial"])
+    assert {"dev_sts_en-en", "dev_sts_de-en", "dev_teacher_accuracy"} <= set(train["start"])
     # the teacher-space adapter (train.teacher_adapter) is fitted, saved with the student and scored beside
     # the student's own output; the untrained start gets one too (what the adapter does without distillation)
     assert train["teacher_adapter"]["pairs"] > 0 and 0 <= train["teacher_adapter"]["dev_teacher_accuracy"] <= 100
@@ -168,7 +168,7 @@ def test_trained_student_loads_locally_and_from_the_registry(project: Path, firs
     run_data = mlflow.get_run(registered["run_id"]).data
     summary = read_json(first_repro.outputs / "metrics/eval/summary.json")
     assert run_data.metrics["eval.summary.primary_score"] == pytest.approx(summary["primary_score"])
-    # the version carries the references the gate judges it against: its base and its teacher
+    # the version carries the references the gate judges it against: the untrained student and its teacher
     from xdistill.registry.scores import Scores
     from xdistill.registry.store import client_for
 

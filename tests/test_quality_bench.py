@@ -76,7 +76,7 @@ def test_quality_run_tiny_member_registers_exports_and_reports(tmp_path: Path, m
 
     member = results / "tiny-minilm"
     run_info = json.loads((member / "run.json").read_text())
-    # the gate judged it (a 4-step student of a 2-layer base may be refused against its base; the reason is kept)
+    # the gate judged it (a 4-step student of 2 layers may be refused against the untrained student; the reason is kept)
     promotion = run_info["flow_result"]["promotion"]
     assert promotion["decision"] in ("promoted", "refused") and promotion["reasons"]
     assert run_info["student"]["dimension"] == 384 and run_info["student"]["sentences_per_second"] > 0

@@ -150,9 +150,9 @@ def test_pca_head_stays_fixed_while_the_encoder_learns_the_reduced_target(
     _train(setup, tmp_path / "run", **common)
     trained = load_weights(tmp_path / "run" / "student")
     exported = {name.split(":", 1)[1]: tensor for name, tensor in trained.items() if "Dense" in name}
-    initial = torch.load(tmp_path / "run" / "ckpt" / "initial.pt", map_location="cpu", weights_only=False)
+    start_checkpoint = torch.load(tmp_path / "run" / "ckpt" / "start.pt", map_location="cpu", weights_only=False)
     # the frozen head is checkpointed (a resumed run gets the fitted head back) and exported unchanged
-    fitted = {key.split(".", 1)[1]: value for key, value in initial["model"].items() if ".linear." in key}
+    fitted = {key.split(".", 1)[1]: value for key, value in start_checkpoint["model"].items() if ".linear." in key}
     assert set(fitted) == set(exported) == {"linear.weight", "linear.bias"}, (sorted(fitted), sorted(exported))
     for name, tensor in exported.items():
         torch.testing.assert_close(tensor, fitted[name], atol=0, rtol=0)
@@ -260,7 +260,7 @@ def test_lora_adapters_train_and_are_merged_into_a_plain_export(setup: dict[str,
 
     keep_layers(base, 1)
     assert not np.allclose(_encode(model), _encode(base), atol=1e-4), "LoRA changed nothing"
-    assert result.best["dev_mse_x100"] < result.initial["dev_mse_x100"]
+    assert result.best["dev_mse_x100"] < result.start["dev_mse_x100"]
 
 
 def test_lora_settings_are_checked() -> None:
@@ -316,8 +316,8 @@ def test_interpolation_ends_reproduce_the_start_and_the_trained_student(setup: d
         assert tolerance < spread or result.interpolation["alpha"] == 0.0
 
 
-def test_interpolation_from_the_base_starts_at_the_base_itself(setup: dict[str, Path], tmp_path: Path) -> None:
-    """interpolation_from: base -> a = 0 is the untrained base (its weights, an identity head): same embeddings."""
+def test_interpolation_from_the_untrained_student_starts_at_it(setup: dict[str, Path], tmp_path: Path) -> None:
+    """interpolation_from: untrained -> a = 0 is the untrained student (its weights, identity head): same embeddings."""
     from xdistill.training.student import keep_layers
 
     common = {
@@ -326,18 +326,18 @@ def test_interpolation_from_the_base_starts_at_the_base_itself(setup: dict[str, 
         "learning_rate": 2e-3,
         "student": {"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "least_squares"},
     }
-    result, model = _train(setup, tmp_path / "base0", interpolation=[0.0], interpolation_from="base", **common)
+    result, model = _train(setup, tmp_path / "base0", interpolation=[0.0], interpolation_from="untrained", **common)
     assert result.interpolation["from"] == "base" and result.interpolation["alpha"] == 0.0
     base = SentenceTransformer(str(setup["student"]), device="cpu")
     keep_layers(base, 1)
     np.testing.assert_allclose(_encode(model), _encode(base), atol=1e-5)
-    # the untrained base is not in the teacher's space; the trained end is
-    _, trained = _train(setup, tmp_path / "base1", interpolation=[1.0], interpolation_from="base", **common)
+    # the untrained student is not in the teacher's space; the trained end is
+    _, trained = _train(setup, tmp_path / "base1", interpolation=[1.0], interpolation_from="untrained", **common)
     assert not np.allclose(_encode(trained), _encode(base), atol=1e-3)
     # a narrow (LEALLA) head cannot be the identity: refused before the first training step
     narrow = {**common, "student": {**common["student"], "output_dim": 64, "head_fit": "procrustes"}}
-    with pytest.raises(XdistillError, match="interpolation_from: base needs a head at least as wide"):
-        _train(setup, tmp_path / "narrow", interpolation=[0.0, 1.0], interpolation_from="base", **narrow)
+    with pytest.raises(XdistillError, match="interpolation_from: untrained needs a head at least as wide"):
+        _train(setup, tmp_path / "narrow", interpolation=[0.0, 1.0], interpolation_from="untrained", **narrow)
     assert not (tmp_path / "narrow" / "ckpt" / "last.pt").exists()
 
 
@@ -391,7 +391,7 @@ def test_interpolation_moves_the_start_to_the_trained_weights_device() -> None:
 
 
 def test_exported_student_embeds_whole_inputs(setup: dict[str, Path], tmp_path: Path) -> None:
-    """Training truncates at train.max_seq_length; the exported model keeps the base model's limit."""
+    """Training truncates at train.max_seq_length; the exported model keeps the untrained student's limit."""
     base_limit = SentenceTransformer(str(setup["student"]), device="cpu").max_seq_length
     _, model = _train(setup, tmp_path, steps=1, eval_every=1, max_seq_length=16)
     assert model.max_seq_length == base_limit > 16

@@ -65,7 +65,7 @@ def test_spread_layer_selection_keeps_evenly_spaced_layers_ending_with_the_last(
             assert torch.equal(tensor, reference), (position, name)
     first = build_student(StudentConfig(base, keep_layers=3))
     assert not np.allclose(first.encode(SENTENCES), student.encode(SENTENCES), atol=1e-3)
-    # all six kept: the base model itself
+    # all six kept: the untrained student itself
     same = build_student(StudentConfig(base, keep_layers=6, layer_selection="spread"))
     np.testing.assert_allclose(same.encode(SENTENCES), full.encode(SENTENCES), atol=1e-6)
     loaded = SentenceTransformer(str(save_student(student, tmp_path / "spread")), device="cpu")
@@ -76,7 +76,7 @@ def test_saved_student_loads_with_sentence_transformers(base: str, tmp_path: Pat
     student = build_student(StudentConfig(base, keep_layers=1, output_dim=8, max_seq_length=32))
     out = save_student(student, tmp_path / "student")
     loaded = SentenceTransformer(str(out), device="cpu")
-    # max_seq_length=32 truncates training inputs only: the export embeds as long as the base can
+    # max_seq_length=32 truncates training inputs only: the export embeds as long as the untrained student can
     assert loaded.get_embedding_dimension() == 8
     assert loaded.max_seq_length == SentenceTransformer(base, device="cpu").max_seq_length > 32
     assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 1
@@ -115,7 +115,7 @@ def test_trainable_state_dict_round_trip_skips_frozen_table(base: str) -> None:
 
 
 def test_bad_student_options_fail_clearly(base: str) -> None:
-    with pytest.raises(XdistillError, match="keep_layers=9: the base model has 6 layers"):
+    with pytest.raises(XdistillError, match="keep_layers=9: the untrained student has 6 layers"):
         build_student(StudentConfig(base, keep_layers=9))
     with pytest.raises(XdistillError, match="layer_selection must be one of"):
         StudentConfig(base, keep_layers=2, layer_selection="last")

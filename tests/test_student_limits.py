@@ -1,4 +1,4 @@
-"""What the student's base encoder cannot do is refused when it loads, before any data is tokenised."""
+"""What the untrained student cannot do is refused when it loads, before any data is tokenised."""
 
 from __future__ import annotations
 

@@ -206,13 +206,13 @@ def test_dev_mining_blocks_replace_the_pooled_mining_part_of_the_dev_score(
         OutputPaths(tmp_path / "b", tmp_path / "cb", None, None, None),
         device="cpu",
     )
-    initial = with_blocks.initial
-    assert initial["dev_block_mining_f1"] == initial["dev_block_mining_f1_de"]  # one language, one block
-    assert initial["dev_score"] == pytest.approx(initial["dev_block_mining_f1"])
-    assert initial["dev_block_mining_f1"] != pytest.approx(initial["dev_mining_f1"])
-    assert "dev_block_mining_f1" not in pooled.initial
-    assert pooled.initial["dev_score"] == pytest.approx(pooled.initial["dev_mining_f1"])
-    assert pooled.initial["dev_mining_f1"] == pytest.approx(initial["dev_mining_f1"])
+    at_start = with_blocks.start
+    assert at_start["dev_block_mining_f1"] == at_start["dev_block_mining_f1_de"]  # one language, one block
+    assert at_start["dev_score"] == pytest.approx(at_start["dev_block_mining_f1"])
+    assert at_start["dev_block_mining_f1"] != pytest.approx(at_start["dev_mining_f1"])
+    assert "dev_block_mining_f1" not in pooled.start
+    assert pooled.start["dev_score"] == pytest.approx(pooled.start["dev_mining_f1"])
+    assert pooled.start["dev_mining_f1"] == pytest.approx(at_start["dev_mining_f1"])
 
 
 def test_linear_schedule_warms_up_then_decays_to_zero() -> None:
@@ -322,10 +322,10 @@ def test_checkpoint_of_other_settings_is_ignored(tmp_path: Path) -> None:
 def test_cli_trains_and_writes_every_output(reference_run: Path) -> None:
     metrics = json.loads((reference_run / "train.json").read_text())
     assert metrics["steps"] == 16 and metrics["resumed_from_step"] is None
-    assert metrics["best"]["dev_mse_x100"] < metrics["initial"]["dev_mse_x100"]
+    assert metrics["best"]["dev_mse_x100"] < metrics["start"]["dev_mse_x100"]
     # validation covered the stsb-multi-mt dev sets of the dev pairs' language (de) and English
-    assert {"dev_sts_en-en", "dev_sts_de-de", "dev_sts_en-de", "dev_sts_de-en"} <= set(metrics["initial"])
-    assert math.isfinite(metrics["initial"]["dev_sts"]) and math.isfinite(metrics["initial"]["dev_score"])
+    assert {"dev_sts_en-en", "dev_sts_de-de", "dev_sts_en-de", "dev_sts_de-en"} <= set(metrics["start"])
+    assert math.isfinite(metrics["start"]["dev_sts"]) and math.isfinite(metrics["start"]["dev_score"])
     assert metrics["best_step"] in (4, 8, 12, 16)
     history = (reference_run / "history.csv").read_text().splitlines()
     assert history[0].startswith("step,kind") and len(history) == 1 + 5 + 8  # 5 dev evals, 8 log rows
@@ -606,8 +606,8 @@ def test_low_dimensional_student_with_feature_distillation(setup: dict[str, Path
         "16-d student lives in its own space"
         in json.loads((tmp_path / "m.json").read_text())["export_rotation"]["skipped"]
     )
-    assert math.isfinite(result.initial["dev_mse_x100"])
-    assert result.best["dev_mse_x100"] < result.initial["dev_mse_x100"]
+    assert math.isfinite(result.start["dev_mse_x100"])
+    assert result.best["dev_mse_x100"] < result.start["dev_mse_x100"]
     model = SentenceTransformer(str(tmp_path / "student"), device="cpu")
     assert model.encode(["Guten Morgen"]).shape == (1, 16)
     # the projection of feature distillation is training-only
@@ -791,12 +791,12 @@ def test_procrustes_aligned_head_starts_in_the_teachers_space(
         outputs,
         device="cpu",
     )
-    plain = json.loads((reference_run / "train.json").read_text())["initial"]
+    plain = json.loads((reference_run / "train.json").read_text())["start"]
     # a rotation keeps every cosine of the student: same retrieval, same mean pairwise cosine ...
-    assert result.initial["dev_accuracy_src2tgt"] == plain["dev_accuracy_src2tgt"]
-    assert result.initial["dev_mean_pairwise_cosine"] == pytest.approx(plain["dev_mean_pairwise_cosine"], abs=1e-5)
+    assert result.start["dev_accuracy_src2tgt"] == plain["dev_accuracy_src2tgt"]
+    assert result.start["dev_mean_pairwise_cosine"] == pytest.approx(plain["dev_mean_pairwise_cosine"], abs=1e-5)
     # ... but moves it onto the teacher's vectors
-    assert result.initial["dev_mse_x100"] < 0.9 * plain["dev_mse_x100"]
+    assert result.start["dev_mse_x100"] < 0.9 * plain["dev_mse_x100"]
     model = SentenceTransformer(str(tmp_path / "student"), device="cpu")
     assert [type(m).__name__ for m in model] == ["Transformer", "Pooling", "Dense", "Normalize"]
 
@@ -898,7 +898,7 @@ def test_head_fits_on_unit_vectors_need_a_normalize_after_the_head(setup: dict[s
                 student, torch.nn.Module(), featurize, pairs, n_pairs=16, batch_size=16, method=method
             )
     assert "no Normalize module follows the Dense head" in rotation_unavailable(student, 384)
-    with pytest.raises(XdistillError, match="interpolation_from: base needs a Normalize"):
+    with pytest.raises(XdistillError, match="interpolation_from: untrained needs a Normalize"):
         check_identity_head(student)
     assert np.isfinite(
         align_head_to_teacher(
@@ -966,7 +966,7 @@ def test_low_dimensional_head_starts_as_principal_axes_with_a_fitted_projection(
             ),
             outputs,
             device="cpu",
-        ).initial
+        ).start
     # the random 16-d head and projection start far from the teacher; the aligned ones start on it
     assert runs[True]["dev_mse_x100"] < 0.5 * runs[False]["dev_mse_x100"]
     model = SentenceTransformer(str(tmp_path / "student-True"), device="cpu")

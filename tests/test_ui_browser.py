@@ -266,7 +266,7 @@ def test_a_custom_run_in_the_prefect_ui_becomes_a_model_version_in_the_mlflow_ui
     version = json.loads(run(["git", "show", f"{ref}:metrics/register.json"], ui.project).stdout)["model_version"]
     page.goto(f"{ui.mlflow.url}/#/models/{MODEL_NAME}/versions/{version}")
     shown(page, f"Version {version}").wait_for()
-    # the gate judged the version against its untrained base: crowned exactly when it is not below it
+    # the gate judged the version against the untrained student: crowned exactly when it is not below it
     tags = client.get_model_version(MODEL_NAME, str(version)).tags
     decision, reasons = tags.get(DECISION_TAG), tags.get(REASONS_TAG, "")
     base = summary["models"]["student-untrained"]["primary_score"]

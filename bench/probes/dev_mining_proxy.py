@@ -1,7 +1,7 @@
 """Which dev mining proxy tracks FLORES mining? A diagnostic over the WiSE-FT line of one trained student.
 
 For each interpolation weight a between the starting student (a=0: the untrained mE5 with its
-Procrustes head, the base's cosines) and the best checkpoint (a=1), it measures four mining scores:
+Procrustes head, the untrained student's cosines) and the best checkpoint (a=1), it measures four mining scores:
 
 - ``dev_pooled``: the trainer's dev mining (held-out pairs of every language in one task, 20 % gold);
 - ``dev_per_language``: the same task built per language and averaged;
@@ -15,7 +15,7 @@ Procrustes head, the base's cosines) and the best checkpoint (a=1), it measures 
 
 Usage: ``python -m bench.probes.dev_mining_proxy WORKSPACE bench/results/diagnostics/dev_mining_proxy.json
 [0.25,0.5]``, where WORKSPACE holds a finished member's ``models/student``,
-``data/checkpoints/{initial,best}.pt`` and ``data/parallel`` (a copy of the member's experiment
+``data/checkpoints/{start,best}.pt`` and ``data/parallel`` (a copy of the member's experiment
 workspace, taken before ``python -m bench.quality`` removes it). Resumable: a weight already in
 OUT.json is skipped.
 """
@@ -93,7 +93,7 @@ def main() -> None:
     flores = {lang: read_flores(flores_file(FLORES, lang)) for lang in LANGS}
 
     model = SentenceTransformer(str(WS / "models/student"), device="cpu")
-    init = torch.load(WS / "data/checkpoints/initial.pt", map_location="cpu", weights_only=False)["model"]
+    init = torch.load(WS / "data/checkpoints/start.pt", map_location="cpu", weights_only=False)["model"]
     best = torch.load(WS / "data/checkpoints/best.pt", map_location="cpu", weights_only=False)["model"]
     models = {f"a={a:g}": a for a in WEIGHTS}
     results = json.loads(OUT.read_text()) if OUT.exists() else {}

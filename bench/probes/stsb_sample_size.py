@@ -1,6 +1,6 @@
-"""How many STSb pairs does it take to tell a student from its base within the 0.5-point tolerance?
+"""How many STSb pairs does it take to tell a student from the untrained student within the 0.5-point tolerance?
 
-The promotion gate and RESULTS.md's targets call a student "below its base" when a score drops
+The promotion gate and RESULTS.md's targets call a student "below the untrained student" when a score drops
 more than a tolerance (0.5 point in the quality targets) under the untrained student's. Whether a
 benchmark can see a difference that small depends on its size. This probe scores two models on the
 stsb-multi-mt test sets (monolingual and cross-lingual, as the evaluate stage builds them) at several
@@ -39,7 +39,7 @@ def pair_cosines(encoder: CachedEncoder, sts_set: STSSet) -> np.ndarray:
 def bootstrap_differences(
     candidate: np.ndarray, base: np.ndarray, gold: np.ndarray, rng: np.random.Generator
 ) -> np.ndarray:
-    """Spearman x 100 of the candidate minus the base's, on REPLICATES resamples of the same pairs."""
+    """Spearman x 100 of the candidate minus the untrained student's, on REPLICATES resamples of the same pairs."""
     draws = rng.integers(0, len(gold), size=(REPLICATES, len(gold)))
     return np.array([spearman_x100(candidate[i], gold[i]) - spearman_x100(base[i], gold[i]) for i in draws])
 

@@ -10,8 +10,8 @@ vectors from the shared teacher store):
   fitted on five sixths of the sentences and scored on the other sixth (MSE x 100 of the
   re-normalised prediction, and its mean cosine with the teacher's vector).
 
-The untrained base's linear probe is the bar: a student whose own embeddings are further from the
-teacher than a linear map of the base has not learnt anything of the teacher a head could not.
+The untrained student's linear probe is the bar: a student whose own embeddings are further from the
+teacher than a linear map of the untrained student has not learnt anything of the teacher a head could not.
 
 Usage: ``python -m bench.probes.teacher_reach TRAIN_TSV OUT.json NAME=MODEL [NAME=MODEL ...]`` (TRAIN_TSV a
 parallel stage's ``train.tsv.gz`` whose sources are in the teacher store; MODEL a spec or folder).

@@ -1,7 +1,7 @@
 """How far can a map fitted on top of an exported student carry it into the teacher's space?
 
 Quality target 3: an English index built with the teacher should answer queries the student
-embeds in any language, and the reverse. A WiSE-FT student (a < 1) keeps most of its base's
+embeds in any language, and the reverse. A WiSE-FT student (a < 1) keeps most of the untrained student's
 geometry, which no rotation changes (``bench/probes/teacher_space_rotation.py``: +1.6 dev points). This
 probe compares maps fitted on the student's *final* embeddings of training pairs (both sides)
 against the teacher's vectors of the sources, all applied after the student and leaving its own
@@ -18,7 +18,7 @@ FLORES devtest is reported beside them, as the evaluate stage does, and decides 
 
 Usage: ``python -m bench.probes.teacher_space_adapter WORKSPACE OUT.json [N_PAIRS [BASE_SPEC]]`` (WORKSPACE as for
 the rotation probe: a finished member's ``models/student`` and ``data/parallel/{train,dev}.tsv.gz``;
-BASE_SPEC, e.g. ``pypi:multilingual-e5-small``, fits the same maps on the untrained base, so the
+BASE_SPEC, e.g. ``pypi:multilingual-e5-small``, fits the same maps on the untrained student, so the
 adapter's share of the result and the distillation's can be told apart).
 """
 
@@ -142,7 +142,7 @@ def main(workspace: Path, out: Path, n_pairs: int, base_spec: str | None) -> Non
     flores_results = measure({lang: (english, read_flores(flores_file(flores_dir, lang))) for lang in LANGUAGES})
     report = {
         "what": "teacher-space retrieval (map(model(translation)) <-> teacher(English)) of an exported student "
-        "(and, prefixed base_, of its untrained base) under maps fitted on its embeddings of training pairs",
+        "(and, prefixed base_, of the untrained student) under maps fitted on its embeddings of training pairs",
         "command": (
             f"python -m bench.probes.teacher_space_adapter {workspace} {out} {n_pairs} {base_spec or ''}"
         ).strip(),

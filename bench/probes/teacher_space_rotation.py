@@ -2,7 +2,7 @@
 
 A WiSE-FT student (a < 1) sits between the untrained student's space and the teacher's, so a
 teacher-built English index finds fewer of its translations (quality target 3). Every score the
-promotion gate compares with the base (STS, retrieval, mining, language bias) is a cosine between
+promotion gate compares with the untrained student (STS, retrieval, mining, language bias) is a cosine between
 two of the student's own embeddings, and an orthogonal map R leaves every such cosine as it is. The
 student ends in ``Dense -> Normalize``, so ``normalize(R (W p + b)) = R normalize(W p + b)``: R folds
 into the Dense head exactly. This probe fits R (orthogonal Procrustes) on training pairs, student

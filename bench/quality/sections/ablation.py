@@ -100,7 +100,7 @@ def ablation_section(config: Mapping[str, Any], results: Path) -> str:
         (
             f"mE5-small + {_head_fit(first)} head, no training (student-start of `{variants[0][0]['name']}`)",
             "student-start",
-            first["train"]["initial"],
+            first["train"]["start"],
         ),
     ]
     for title, label, dev in references:
@@ -124,7 +124,7 @@ def ablation_section(config: Mapping[str, Any], results: Path) -> str:
         start = ((data["eval"].get("summary") or {}).get("models") or {}).get("student-start") or {}
         lines.append(
             f"| {spec.get('label', spec['name'])} (`{spec['name']}`) | {changed} "
-            f"| {cell((train.get('initial') or {}).get('dev_score'), 2)} | "
+            f"| {cell((train.get('start') or {}).get('dev_score'), 2)} | "
             + " | ".join(cell(exported.get(k), 2) for k, _ in ABLATION_DEV)
             + " | "
             + " | ".join(cell(student.get(k)) for k, _ in ABLATION_EVAL)
@@ -145,7 +145,7 @@ def ablation_section(config: Mapping[str, Any], results: Path) -> str:
 
 
 def stsb_noise_note(probe: Path, pairs: int | None) -> str:
-    """How far a row's STSb columns must sit from its base's to mean anything, at the rows' STSb size
+    """How far a row's STSb columns must sit from the untrained student's to mean anything, at the rows' STSb size
     (``evaluate.stsb_max_pairs``), from bench/probes/stsb_sample_size.py's intervals; "" when it has none."""
     found = json.loads(probe.read_text()) if probe.is_file() else {"sizes": {}}
     if pairs is None or str(pairs) not in found["sizes"] or "all" not in found["sizes"]:
@@ -153,7 +153,8 @@ def stsb_noise_note(probe: Path, pairs: int | None) -> str:
     sample, full = (found["sizes"][size]["monolingual"]["average"] for size in (str(pairs), "all"))
     return (
         f"The STSb columns score {pairs} pairs a set. On the embedded default, the paired-bootstrap 95 % interval "
-        f"of the student's monolingual STSb minus its base's is {sample['difference']:+.2f} {sample['ci95']} at "
+        f"of the student's monolingual STSb minus the untrained student's is {sample['difference']:+.2f} "
+        f"{sample['ci95']} at "
         f"that size and {full['difference']:+.2f} {full['ci95']} on every pair (`{found['command']}`): a row "
-        "within that interval's half-width of its base on STSb is not told apart from it."
+        "within that interval's half-width of the untrained student on STSb is not told apart from it."
     )

@@ -21,13 +21,13 @@ def students_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> st
         run, train, params = data["run"] or {}, data["train"] or {}, data["params"]
         student = run.get("student", {})
         promotion = (run.get("flow_result") or {}).get("promotion") or {}
-        initial, exported = train.get("initial", {}), train.get("exported") or train.get("best", {})
+        start, exported = train.get("start", {}), train.get("exported") or train.get("best", {})
         lines.append(
             f"| {spec.get('label', spec['name'])} | {short_model(params['models']['teacher'])} "
             f"| {params['train']['steps']} x {params['train']['batch_size']} "
             f"| {(data['data'] or {}).get('totals', {}).get('train', '-')} "
-            f"| {initial.get('dev_score', float('nan')):.2f} -> {exported.get('dev_score', float('nan')):.2f} "
-            f"| {initial.get('dev_mse_x100', float('nan')):.4f} -> {exported.get('dev_mse_x100', float('nan')):.4f} "
+            f"| {start.get('dev_score', float('nan')):.2f} -> {exported.get('dev_score', float('nan')):.2f} "
+            f"| {start.get('dev_mse_x100', float('nan')):.4f} -> {exported.get('dev_mse_x100', float('nan')):.4f} "
             f"| {_chosen(train)} "
             f"| {student.get('dimension', '-')} | {student.get('parameters', 0) / 1e6:.1f}M "
             f"| {student.get('size_mb', '-')} "
@@ -53,12 +53,12 @@ def _chosen(train: Mapping[str, Any]) -> str:
     if not train:
         return "-"
     interpolation = train.get("interpolation") or {}
-    initial, exported = train.get("initial", {}), train.get("exported") or train.get("best", {})
+    start, exported = train.get("start", {}), train.get("exported") or train.get("best", {})
     key, kind = (
-        ("dev_block_mining_f1", "news blocks") if "dev_block_mining_f1" in initial else ("dev_mining_f1", "pooled")
+        ("dev_block_mining_f1", "news blocks") if "dev_block_mining_f1" in start else ("dev_mining_f1", "pooled")
     )
     a = f", a={interpolation['alpha']:g}" if interpolation else ""
     return (
-        f"step {train.get('best_step', '-')}{a}; {kind} mining {initial.get(key, float('nan')):.1f} -> "
+        f"step {train.get('best_step', '-')}{a}; {kind} mining {start.get(key, float('nan')):.1f} -> "
         f"{exported.get(key, float('nan')):.1f}"
     )

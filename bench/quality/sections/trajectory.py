@@ -43,7 +43,7 @@ def trajectory_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> 
     rows = []
     for spec, data in members:
         train = data.get("train") or {}
-        if not (train.get("initial") and train.get("best") and train.get("last")):
+        if not (train.get("start") and train.get("best") and train.get("last")):
             continue
         interpolation = train.get("interpolation") or {}
         exported = train.get("exported") or {}
@@ -54,7 +54,7 @@ def trajectory_section(members: list[tuple[dict[str, Any], dict[str, Any]]]) -> 
         ]
         for key, _ in TRAJECTORY:
             digits = 4 if key == "dev_mse_x100" else 1
-            cells.append(" -> ".join(cell(train[k].get(key), digits) for k in ("initial", "best", "last")))
+            cells.append(" -> ".join(cell(train[k].get(key), digits) for k in ("start", "best", "last")))
         cells.append(f"a={interpolation.get('alpha', '-')}: {cell(exported.get('dev_score'), 2)}")
         rows.append("| " + " | ".join(cells) + " |")
     if not rows:

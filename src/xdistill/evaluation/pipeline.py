@@ -19,6 +19,14 @@ from typing import Any
 from xdistill.data.eval_formats import is_decontaminated_bucc_folder
 from xdistill.errors import InputFileError, XdistillError
 from xdistill.evaluation.encoding import CachedEncoder
+from xdistill.evaluation.labels import (
+    LABEL_ORDER,
+    MUSE_LABEL,
+    START_LABEL,
+    STUDENT_LABEL,
+    TEACHER_LABEL,
+    UNTRAINED_LABEL,
+)
 from xdistill.evaluation.plots import write_plots
 from xdistill.evaluation.report import write_benchmark_outputs, write_summary
 from xdistill.evaluation.settings import EvaluationInputs, EvaluationSettings, evaluation_protocol
@@ -27,14 +35,7 @@ from xdistill.io import atomic_path, write_json_atomic
 
 logger = logging.getLogger(__name__)
 
-TEACHER_LABEL = "teacher"
-UNTRAINED_LABEL = "student-untrained"
-START_LABEL = "student-start"  # the untrained student with its head fitted to the teacher (training's start)
-MUSE_LABEL = "muse"
-STUDENT_LABEL = "student"
 MUSE_SPEC = "pypi:muse"
-# column order of every table: the evaluated student first, then the references
-LABEL_ORDER = (STUDENT_LABEL, TEACHER_LABEL, UNTRAINED_LABEL, START_LABEL, MUSE_LABEL)
 
 
 def baseline_specs(models: dict[str, str], settings: EvaluationSettings) -> dict[str, str]:

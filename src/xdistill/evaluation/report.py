@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from xdistill.evaluation.labels import UNTRAINED_LABEL
 from xdistill.evaluation.metrics import mean_or_nan
 from xdistill.evaluation.sts import STS17_TRACKS, TR_EN_ALIGNMENT, TRACK_4B_NOTE
 from xdistill.evaluation.tatoeba import tatoeba_code
@@ -267,7 +268,6 @@ SCORE_COLUMNS = {
     "mining_f1": "mining_flores_f1",
     "bias": "language_bias_difference",
 }
-UNTRAINED_LABEL = "student-untrained"
 
 
 def headline_scores(summary: Mapping[str, Any]) -> dict[str, float]:

@@ -115,7 +115,7 @@ def load_sentence_transformer(spec: str, device: str | None = None) -> SentenceT
     return model
 
 
-# The spec a model was loaded from, kept on it: a student built from it names its base in its model card
+# The spec a model was loaded from, kept on it: a student built from it names the untrained student in its model card
 SPEC_ATTRIBUTE = "xdistill_spec"
 
 

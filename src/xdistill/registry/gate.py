@@ -3,7 +3,7 @@
 A candidate version becomes champion only if
 
 1. it is not worse than the untrained student it was distilled from (``base``): its primary
-   score is at least the base's, and no language score falls more than ``tolerance`` below the
+   score is at least the untrained student's, and no language score falls more than ``tolerance`` below the
    base's;
 2. on English it is not far below its teacher (``teacher``): each English score (``en``, or
    ``en.<benchmark>`` when scores are per benchmark) is at most ``teacher_tolerance`` below the teacher's.
@@ -36,7 +36,8 @@ from typing import Any
 
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
-from xdistill.registry.scores import BASE_LABEL, TEACHER_LABEL, Scores
+from xdistill.evaluation.labels import TEACHER_LABEL, UNTRAINED_LABEL
+from xdistill.registry.scores import Scores
 
 CHAMPION_ALIAS = "champion"
 COMPARISONS = ("base", "teacher", "champion")
@@ -101,7 +102,7 @@ def judge(
     failed = False
     if "base" in compare_with:
         failed |= _check_reference(
-            candidate, BASE_LABEL, "untrained student", tolerance, reasons, primary=True, languages=None
+            candidate, UNTRAINED_LABEL, "untrained student", tolerance, reasons, primary=True, languages=None
         )
     gap: dict[str, float] = {}
     if "teacher" in compare_with:

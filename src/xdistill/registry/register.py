@@ -33,6 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import InputFileError, XdistillError
+from xdistill.evaluation.labels import TEACHER_LABEL, UNTRAINED_LABEL
 from xdistill.io import PARAMS_FILE, load_params, write_json_atomic
 from xdistill.registry.pending import (
     COMPLETE,
@@ -45,7 +46,7 @@ from xdistill.registry.pending import (
     logged_model_id,
     owner_tags,
 )
-from xdistill.registry.scores import BASE_LABEL, TEACHER_LABEL, Scores, read_summary_scores
+from xdistill.registry.scores import Scores, read_summary_scores
 from xdistill.registry.store import (
     DEFAULT_TRACKING_URI,
     client_for,
@@ -415,7 +416,7 @@ def describe_run(inputs: _Inputs, facts: dict[str, float]) -> str:
             if f"eval.summary.task_{task}" in metrics
         )
         lines.append(f"- evaluation primary score: **{inputs.scores.primary:.2f}**" + (f" ({tasks})" if tasks else ""))
-        for label, name in ((BASE_LABEL, "base model, untrained"), (TEACHER_LABEL, "teacher")):
+        for label, name in ((UNTRAINED_LABEL, "untrained student"), (TEACHER_LABEL, "teacher")):
             if label in inputs.scores.references:
                 lines.append(f"- {name}: {inputs.scores.references[label].primary:.2f}")
     else:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from xdistill.errors import InputFileError
+from xdistill.evaluation.labels import TEACHER_LABEL, UNTRAINED_LABEL
 from xdistill.registry.store import numeric_leaves
 
 PRIMARY_SCORE_TAG = "xdistill.primary_score"
@@ -36,9 +37,7 @@ REFERENCES_TAG = "xdistill.references"
 PROTOCOL_TAG = "xdistill.protocol"
 TASK_PREFIX = "task_"  # summary.json keys of the task scores the primary score averages
 # the evaluation's reference models a candidate is also judged against (labels of summary.json "models")
-BASE_LABEL = "student-untrained"
-TEACHER_LABEL = "teacher"
-REFERENCE_LABELS = (BASE_LABEL, TEACHER_LABEL)
+REFERENCE_LABELS = (UNTRAINED_LABEL, TEACHER_LABEL)
 
 
 @dataclass(frozen=True)

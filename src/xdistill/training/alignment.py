@@ -2,7 +2,7 @@
 
 The student's and the teacher's spaces are unrelated at the start (cosine ~0 between
 student(x) and teacher(x)), so plain MSE first drags every embedding towards the teacher's
-mean direction, a change of the whole network that costs the base model its own quality before
+mean direction, a change of the whole network that costs the untrained student its own quality before
 it learns anything from the teacher. Fitting the head first removes that step. With X the
 student's pooled embeddings (before the head) of training sources and translations and T the
 teacher vectors of the sources:
@@ -75,7 +75,7 @@ def modules_bypassed(student: SentenceTransformer, *type_names: str) -> Iterator
 
 
 def head_bypassed(student: SentenceTransformer) -> contextlib.AbstractContextManager[None]:
-    """The student without its Dense head (unit embeddings of the base encoder)."""
+    """The student without its Dense head (unit embeddings of the untrained student)."""
     return modules_bypassed(student, "Dense")
 
 

@@ -17,7 +17,7 @@ import torch
 from xdistill.errors import XdistillError
 from xdistill.export.model_card import training_facts, write_model_card
 from xdistill.training import checkpoint as ckpt
-from xdistill.training.loop import INITIAL, LoopOutcome, LoopState
+from xdistill.training.loop import START_CHECKPOINT, LoopOutcome, LoopState
 from xdistill.training.reports import write_reports
 from xdistill.training.setup import TrainingRun
 from xdistill.training.student import load_trainable_state_dict, save_student, trainable_state_dict
@@ -136,16 +136,16 @@ def _interpolate(run: TrainingRun, state: LoopState) -> dict[str, Any]:
     params = run.params
     alphas = params.interpolation
     assert alphas is not None  # finish interpolates only when train.interpolation is set
-    start = ckpt.load_checkpoint(run.outputs.checkpoint_dir, INITIAL, run.fingerprint)
+    start = ckpt.load_checkpoint(run.outputs.checkpoint_dir, START_CHECKPOINT, run.fingerprint)
     if start is None:
         raise XdistillError(
-            f"{run.outputs.checkpoint_dir / INITIAL} is missing: cannot interpolate "
+            f"{run.outputs.checkpoint_dir / START_CHECKPOINT} is missing: cannot interpolate "
             "(delete the checkpoint folder to train from the start)"
         )
     end = trainable_state_dict(run.student)
     origin = start["model"]
-    known = {0.0: state.initial_metrics}
-    if params.interpolation_from == "base":
+    known = {0.0: state.start_metrics}
+    if params.interpolation_from == "untrained":
         from xdistill.training.alignment import mean_pooled_norm
         from xdistill.training.interpolation import with_identity_head
 
@@ -171,7 +171,7 @@ def _interpolate(run: TrainingRun, state: LoopState) -> dict[str, Any]:
     logger.info(
         "exporting the interpolation a=%.2f of the %s and the best student",
         alpha,
-        "untrained base" if params.interpolation_from == "base" else "starting student",
+        "untrained student" if params.interpolation_from == "untrained" else "starting student",
     )
     return {
         "alpha": alpha,
@@ -184,9 +184,11 @@ def _interpolate(run: TrainingRun, state: LoopState) -> dict[str, Any]:
 
 
 def _save_start(run: TrainingRun, start_dir: Path) -> None:
-    """Write the student as training started (loads the initial weights: call after the export)."""
-    start = ckpt.load_checkpoint(run.outputs.checkpoint_dir, INITIAL, run.fingerprint)
+    """Write the student as training started (loads the start checkpoint: call after the export)."""
+    start = ckpt.load_checkpoint(run.outputs.checkpoint_dir, START_CHECKPOINT, run.fingerprint)
     if start is None:
-        raise XdistillError(f"{run.outputs.checkpoint_dir / INITIAL} is missing: cannot write the starting student")
+        raise XdistillError(
+            f"{run.outputs.checkpoint_dir / START_CHECKPOINT} is missing: cannot write the starting student"
+        )
     load_trainable_state_dict(run.student, start["model"])
     save_student(run.student, start_dir)

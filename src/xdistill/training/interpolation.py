@@ -3,17 +3,17 @@
 Wortsman et al. (2022) showed that the straight line between a pre-trained model's weights and
 its fine-tuned weights often holds models better than both ends: the fine-tuned end gains the new
 skill, the pre-trained end keeps what fine-tuning forgot. Here the ends are the student *as
-training started* (the base encoder with its head already fitted to the teacher, see
+training started* (the untrained student with its head already fitted to the teacher, see
 :mod:`xdistill.training.alignment`, so both ends live in the teacher's space) and the best
 checkpoint; ``(1 - a) * start + a * trained`` for each ``a`` of ``train.interpolation``, the one
 with the best dev selection metric is exported. ``a = 0`` is the starting student, ``a = 1`` the
 trained one.
 
-With ``train.interpolation_from: base`` the first end is the untrained base itself: its own
+With ``train.interpolation_from: untrained`` the first end is the untrained student itself: its own
 encoder weights and an identity head (zero-padded when the teacher is wider), so ``a = 0``
-reproduces the base's embeddings exactly and intermediate weights mix the base's own space into
-the teacher's. That trades teacher-space compatibility for the base's strengths; the dev score,
-which contains teacher-space retrieval, decides how far.
+reproduces the untrained student's embeddings exactly and intermediate weights mix the untrained
+student's own space into the teacher's. That trades teacher-space compatibility for the untrained
+student's strengths; the dev score, which contains teacher-space retrieval, decides how far.
 """
 
 from __future__ import annotations
@@ -108,20 +108,20 @@ def choose_interpolation(
 
 
 def check_identity_head(student: SentenceTransformer) -> None:
-    """Refuse ``interpolation_from: base`` for a student whose head cannot be the identity (checked before
+    """Refuse ``interpolation_from: untrained`` for a student whose head cannot be the identity (checked before
     training, so a run does not train for nothing)."""
     head = output_dense(student)
     if head is None:
-        raise XdistillError("train.interpolation_from: base needs a student with a Dense head")
+        raise XdistillError("train.interpolation_from: untrained needs a student with a Dense head")
     out_dim, in_dim = head.linear.weight.shape
     if out_dim < in_dim:
         raise XdistillError(
-            f"train.interpolation_from: base needs a head at least as wide as the encoder "
+            f"train.interpolation_from: untrained needs a head at least as wide as the encoder "
             f"({in_dim} -> {out_dim} cannot be the identity); use interpolation_from: start"
         )
-    if not normalized_after_head(student):  # a = 0 is the base itself only when the output is normalised
+    if not normalized_after_head(student):  # a = 0 is the untrained student itself only when the output is normalised
         raise XdistillError(
-            "train.interpolation_from: base needs a Normalize module after the student's Dense head; "
+            "train.interpolation_from: untrained needs a Normalize module after the student's Dense head; "
             "use interpolation_from: start"
         )
 

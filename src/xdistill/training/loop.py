@@ -1,7 +1,7 @@
 """The optimisation loop of one training run: :func:`optimise`.
 
 Resumes from ``last.pt`` when a run of the same fingerprint wrote it; otherwise fits the student's head
-to the teacher's space and saves the starting student (:data:`INITIAL`). Then AdamW with linear warm-up
+to the teacher's space and saves the starting student (:data:`START_CHECKPOINT`). Then AdamW with linear warm-up
 and decay, gradient accumulation over micro-batches, gradient clipping, bf16 or fp16 autocast as
 ``train.precision`` asks (fp16 with a gradient scaler), DDP over several processes; periodic validation
 with best-checkpoint selection, early stopping and a collapse guard, and atomic checkpoints for exact
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-INITIAL = "initial.pt"  # the student as training started (after head alignment): interpolation's start
+START_CHECKPOINT = "start.pt"  # the student as training started (after head alignment): WiSE-FT's start
 
 
 class TrainingDivergedError(XdistillError):
@@ -84,7 +84,7 @@ class LoopState:
     best_value: float | None = None
     best_step: int = 0
     best_metrics: dict[str, float] = field(default_factory=dict)
-    initial_metrics: dict[str, float] = field(default_factory=dict)
+    start_metrics: dict[str, float] = field(default_factory=dict)
     last_metrics: dict[str, float] = field(default_factory=dict)
     evals_without_improvement: int = 0
     stopped_early: bool = False
@@ -128,7 +128,7 @@ def optimise(run: TrainingRun) -> LoopOutcome:
 
     if state.step == 0 and not state.history:
         metrics = run.measure()
-        state.initial_metrics = dict(metrics)
+        state.start_metrics = dict(metrics)
         _record_eval(state, params, 0, metrics)
         check_collapse(metrics, params.collapse_threshold, 0)
         check_selection_metric(metrics, params.selection_metric)
@@ -181,7 +181,7 @@ def _start(run: TrainingRun) -> None:
     if ctx.is_main:
         ckpt.save_checkpoint(
             outputs.checkpoint_dir,
-            INITIAL,
+            START_CHECKPOINT,
             {"fingerprint": run.fingerprint, "step": 0, "model": trainable_state_dict(run.student)},
         )
     # Each process draws its own dropout masks, reproducibly.

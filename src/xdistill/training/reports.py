@@ -30,7 +30,7 @@ def write_reports(
         "selection_metric": params.selection_metric,
         "pairs_per_second": round(state.pairs_seen / max(state.train_seconds, 1e-9), 3),
         "train_seconds": round(state.train_seconds, 2),
-        "initial": state.initial_metrics,
+        "start": state.start_metrics,
         "best": state.best_metrics,
         "last": state.last_metrics,
         # the exported student: the best checkpoint, or the interpolation chosen on dev data, measured again

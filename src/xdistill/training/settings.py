@@ -48,7 +48,7 @@ class TrainParams:
     dev_score_weights: dict[str, float] = field(default_factory=dict)
     dev_mining_threshold: str = "oracle"  # "oracle" | "transfer" (validation.dev_mining_f1)
     interpolation: list[float] | None = None
-    interpolation_from: str = "start"  # "start": the student as training started; "base": the untrained base
+    interpolation_from: str = "start"  # "start": the student as training started; "untrained": the untrained student
     interpolation_tolerance: NonNegativeFloat = (
         0.0  # export the smallest a within this much of the best (interpolation.py)
     )
@@ -118,9 +118,9 @@ class TrainParams:
         from xdistill.adapter.fit import AdapterSettings
 
         AdapterSettings.from_params(self.teacher_adapter)
-        if self.interpolation_from not in ("start", "base"):
+        if self.interpolation_from not in ("start", "untrained"):
             raise XdistillError(
-                f"params train.interpolation_from must be start or base, got {self.interpolation_from!r}"
+                f"params train.interpolation_from must be start or untrained, got {self.interpolation_from!r}"
             )
 
     def loop_settings(self) -> dict[str, Any]:
@@ -205,7 +205,7 @@ class OutputPaths:
     metrics: Path | None = Path("metrics/train.json")
     history_csv: Path | None = Path("reports/train_history.csv")
     plot: Path | None = Path("plots/train_curves.png")
-    # the student as training started (base encoder + fitted head): interpolation's a = 0 and the
+    # the student as training started (untrained student + fitted head): interpolation's a = 0 and the
     # "untrained, in the teacher's space" reference of the evaluation; None = not written
     start_dir: Path | None = None
 

@@ -181,7 +181,7 @@ def prepare(
         parallel_files=(inputs.train_file, inputs.dev_file, *([dev_mining] if dev_mining else [])),
         raw_dir=inputs.raw_dir,
     )
-    if params.interpolation and params.interpolation_from == "base":
+    if params.interpolation and params.interpolation_from == "untrained":
         from xdistill.training.interpolation import check_identity_head
 
         check_identity_head(student)

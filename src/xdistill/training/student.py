@@ -9,7 +9,7 @@ spec (``pypi:multilingual-e5-small``, a local folder, a hub id) with optional ch
 - freeze the word-embedding table (for mE5 that is 96M of its 117M parameters: training is
   ~2-3x faster and the vocabulary of languages absent from the training data is not damaged);
 - freeze the embedding block and the lowest ``freeze_layers`` transformer layers (backward stops
-  at the first trainable layer, so a step is cheaper, and the base model's lower layers, which
+  at the first trainable layer, so a step is cheaper, and the untrained student's lower layers, which
   carry most of its cross-lingual alignment, are kept as they are);
 - with those layers frozen, compute their output once per training text and train on it
   (``cache_frozen``, :mod:`xdistill.training.frozen_cache`): each step runs only the upper layers;
@@ -75,20 +75,20 @@ class LoraSettings:
 
 @dataclass(frozen=True)
 class StudentConfig:
-    """How to build the student from its base encoder (``train.student`` in params.yaml)."""
+    """How to build the student from the untrained student (``train.student`` in params.yaml)."""
 
     __pydantic_config__ = SECTION_CONFIG
 
     spec: str
     keep_layers: Count | None = None
     # Which layers keep_layers keeps: "first" (layers 1..k) or "spread" (k layers evenly spaced,
-    # the last one included, so the kept stack still ends with the layer that shaped the base
+    # the last one included, so the kept stack still ends with the layer that shaped the untrained student
     # model's output space).
     layer_selection: str = "first"
     freeze_word_embeddings: bool = True
     output_dim: Count | None = None
     max_seq_length: int = 128
-    # None keeps the base model's dropout; 0.0 makes training deterministic across process counts.
+    # None keeps the untrained student's dropout; 0.0 makes training deterministic across process counts.
     dropout: DropoutRate | None = None
     # Start the Dense head in the teacher's space (see trainer.align_head_to_teacher): with
     # output_dim null the head maps to the teacher's dimension and starts as the orthogonal
@@ -97,7 +97,7 @@ class StudentConfig:
     align_to_teacher: bool = False
     # How the head is fitted (align_to_teacher with a head of the teacher's dimension):
     # "procrustes" (orthogonal: keeps every cosine of the untrained student) or "least_squares"
-    # (affine ridge regression onto the teacher: also removes the base model's common direction,
+    # (affine ridge regression onto the teacher: also removes the untrained student's common direction,
     # which the teacher's space does not have) or "pca" (a frozen head onto the teacher's top
     # principal axes: the student learns the teacher reduced by PCA to its own dimension, and the
     # head maps it back; see xdistill.training.alignment).
@@ -174,7 +174,7 @@ def head_dimension(config: StudentConfig, base_dim: int, teacher_dim: int | None
 
 
 def check_length_fits(max_seq_length: int, model: SentenceTransformer, spec: str) -> None:
-    """Refuse a ``train.max_seq_length`` beyond the positions the base encoder has: the tokenizer would
+    """Refuse a ``train.max_seq_length`` beyond the positions the untrained student has: the tokenizer would
     hand the model position ids it has no embedding for (an index error deep in a forward pass)."""
     limit = model.max_seq_length
     if limit is not None and max_seq_length > limit:
@@ -191,16 +191,16 @@ def build_student(
     parallel_files: Sequence[str | Path] = DEFAULT_PARALLEL_FILES,
     raw_dir: str | Path | None = DEFAULT_RAW_DIR,
 ) -> SentenceTransformer:
-    """Load the base encoder and apply the configured changes. Deterministic for a given ``seed``.
+    """Load the untrained student and apply the configured changes. Deterministic for a given ``seed``.
 
     ``teacher_dim`` sizes the Dense head of an ``align_to_teacher`` student with no ``output_dim``;
     ``parallel_files`` and ``raw_dir`` are the texts a ``vocabulary: corpus`` student keeps the pieces of.
     """
     from xdistill.models import load_sentence_transformer
 
-    # model.max_seq_length (the tokenizer's limit) stays the base model's: the trainer truncates
+    # model.max_seq_length (the tokenizer's limit) stays the untrained student's: the trainer truncates
     # its own training inputs to config.max_seq_length, and the exported student must embed whole
-    # inputs up to the base model's limit.
+    # inputs up to the untrained student's limit.
     model = load_sentence_transformer(config.spec)
     check_length_fits(config.max_seq_length, model, config.spec)
     if config.keep_layers is not None:
@@ -215,7 +215,7 @@ def build_student(
     if config.lora is not None:
         add_lora_adapters(model, config.lora, config.freeze_layers)
     base_dim = model.get_embedding_dimension()
-    assert base_dim is not None  # the base encoder ends in Pooling, which fixes its dimension
+    assert base_dim is not None  # the untrained student ends in Pooling, which fixes its dimension
     head_dim = head_dimension(config, base_dim, teacher_dim)
     if head_dim is not None:
         # The Dense head's random init must not depend on what ran before in the process
@@ -246,7 +246,7 @@ def kept_layer_indices(n_layers: int, k: int, selection: str = "first") -> list[
     1, 3, 5, 7, 9, 11; 12 -> 4 keeps 2, 5, 8, 11).
     """
     if not 1 <= k <= n_layers:
-        raise XdistillError(f"train.student.keep_layers={k}: the base model has {n_layers} layers")
+        raise XdistillError(f"train.student.keep_layers={k}: the untrained student has {n_layers} layers")
     if selection == "first":
         return list(range(k))
     return [round((i + 1) * n_layers / k) - 1 for i in range(k)]
@@ -348,7 +348,7 @@ def has_lora_adapters(model: nn.Module) -> bool:
 
 
 def merge_lora_adapters(model: SentenceTransformer) -> None:
-    """Fold every LoRA adapter into its base weight and restore plain ``nn.Linear`` layers."""
+    """Fold every LoRA adapter into the untrained student weight and restore plain ``nn.Linear`` layers."""
     from peft.tuners.lora import LoraLayer
 
     backbone = transformer_backbone(model)

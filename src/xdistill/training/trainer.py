@@ -41,7 +41,7 @@ class TrainResult:
     best_step: int
     stopped_early: bool
     resumed_from_step: int | None
-    initial: dict[str, float]
+    start: dict[str, float]  # dev scores of the start (the student as training started)
     best: dict[str, float]
     last: dict[str, float]
     pairs_per_second: float
@@ -126,7 +126,7 @@ def _result(run: TrainingRun, outcome: LoopOutcome, interpolation: dict[str, Any
         best_step=state.best_step,
         stopped_early=state.stopped_early,
         resumed_from_step=outcome.resumed_from,
-        initial=state.initial_metrics,
+        start=state.start_metrics,
         best=state.best_metrics,
         last=state.last_metrics,
         pairs_per_second=state.pairs_seen / max(state.train_seconds, 1e-9),

@@ -440,7 +440,7 @@ def check_collapse(metrics: Mapping[str, float], threshold: float, step: int) ->
         raise TrainingCollapsedError(
             f"training collapsed at step {step}: mean pairwise cosine of dev embeddings is {value:.4f} "
             f"> train.collapse_threshold {threshold} (all sentences map to nearly the same vector; "
-            "lower train.learning_rate, check the loss weights, or raise the threshold if the base model "
+            "lower train.learning_rate, check the loss weights, or raise the threshold if the untrained student "
             "is this anisotropic from the start)",
             step=step,
             mean_cosine=float(value),
