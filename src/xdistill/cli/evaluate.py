@@ -108,7 +108,8 @@ def command(
                 "teacher-space adapter (run `xdistill start-adapter` first)",
                 err=True,
             )
-        run_start_evaluation(settings, student_start, models["teacher"], raw_dir, dev, start_dir, adapter)
+        reuse = baselines_dir if Path(baselines_dir).is_dir() else None
+        run_start_evaluation(settings, student_start, models["teacher"], raw_dir, dev, start_dir, adapter, reuse)
         click.echo(f"starting student evaluated into {start_dir}")
         return 0
     if student == DEFAULT_STUDENT and not Path(DEFAULT_STUDENT).is_dir():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,6 +31,7 @@ class CachedEncoder:
         self.show_progress_bar = show_progress_bar
         self._memo: dict[str, np.ndarray] = {}
         self.encoded = 0  # distinct sentences actually sent to the model
+        self.reused = 0  # sentences whose vectors came from elsewhere (:meth:`prefill`)
         self._teacher_space: CachedEncoder | None = None
 
     @property
@@ -42,6 +43,19 @@ class CachedEncoder:
 
             self._teacher_space = CachedEncoder(TeacherSpaceEncoder(self, adapter), self.batch_size)
         return self._teacher_space
+
+    def prefill(self, memo: Mapping[str, np.ndarray]) -> None:
+        """Take vectors made elsewhere for these sentences (another stage's encodings of the same model)."""
+        for text, vector in memo.items():
+            if text not in self._memo:
+                self._memo[text] = np.asarray(vector, dtype=np.float32)
+                self.reused += 1
+
+    def memo_items(self) -> tuple[list[str], np.ndarray]:
+        """Every sentence embedded so far and its vector (row i embeds sentence i)."""
+        sentences = list(self._memo)
+        vectors = np.stack([self._memo[t] for t in sentences]) if sentences else np.zeros((0, self.dimension))
+        return sentences, vectors.astype(np.float32, copy=False)
 
     def encode(
         self, texts: Sequence[str], batch_size: int | None = None, show_progress_bar: bool = False, **_: Any

@@ -1,9 +1,12 @@
 """The two evaluation stages: baselines (teacher, untrained student, mUSE) and the trained student.
 
 ``run_baselines`` evaluates the reference models once and stores each result as
-``data/baselines/<label>.json``; ``run_student_evaluation`` evaluates the trained student and
-writes every output with the stored baselines side by side. Splitting them lets DVC skip the
-baselines (minutes of encoding) when only training changes.
+``data/baselines/<label>.json``, with the teacher's and the untrained student's encodings in
+``data/baselines/encodings/``; ``run_start_evaluation`` evaluates the student as training started and
+``run_student_evaluation`` the trained student, writing every output with the stored baselines side
+by side. Splitting them lets DVC skip the baselines (minutes of encoding) when only training changes;
+the stored encodings spare the later stages the teacher's encoding and, where the start's head allows,
+the start's (:mod:`xdistill.evaluation.shared_encodings`).
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ from xdistill.evaluation.labels import (
 from xdistill.evaluation.plots import write_plots
 from xdistill.evaluation.report import write_benchmark_outputs, write_summary
 from xdistill.evaluation.settings import EvaluationInputs, EvaluationSettings, evaluation_protocol
+from xdistill.evaluation.shared_encodings import derive_start, reuse_teacher, save_encodings
 from xdistill.evaluation.suite import evaluate_model
 from xdistill.io import atomic_path, write_json_atomic
 
 logger = logging.getLogger(__name__)
 
 MUSE_SPEC = "pypi:muse"
+ENCODINGS_FOLDER = "encodings"  # in the baselines' folder: the vectors the later stages reuse
 
 
 def baseline_specs(models: dict[str, str], settings: EvaluationSettings) -> dict[str, str]:
@@ -136,7 +141,7 @@ def run_baselines(
     """Evaluate every reference model; write ``out_dir/<label>.json`` (the folder replaced atomically)."""
     specs = baseline_specs(models, settings)
     results: dict[str, dict[str, Any]] = {}
-    with prepared_inputs(raw_dir, settings, dev_path) as inputs:
+    with prepared_inputs(raw_dir, settings, dev_path) as inputs, atomic_path(out_dir, is_dir=True) as tmp:
         teacher = _load_encoder(specs[TEACHER_LABEL], settings)
         for label, spec in specs.items():
             encoder = teacher if label == TEACHER_LABEL else _load_encoder(spec, settings)
@@ -145,10 +150,11 @@ def run_baselines(
                 "settings": settings.as_dict(),
             }
             logger.info("%s (%s): evaluated in %.0f s", label, spec, results[label]["seconds"])
+            write_json_atomic(tmp / f"{label}.json", results[label])
+            if label == UNTRAINED_LABEL:  # the start's vectors derive from these (evaluate_start)
+                save_encodings(encoder, tmp / ENCODINGS_FOLDER, label)
             del encoder
-    with atomic_path(out_dir, is_dir=True) as tmp:
-        for label, result in results.items():
-            write_json_atomic(tmp / f"{label}.json", result)
+        save_encodings(teacher, tmp / ENCODINGS_FOLDER, TEACHER_LABEL)  # after every model it was compared with
     return results
 
 
@@ -219,13 +225,20 @@ def run_start_evaluation(
     dev_path: str | Path | None,
     out_dir: str | Path,
     adapter_from: str | Path | None = None,
+    baselines_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Evaluate the student as training started into ``out_dir/student-start.json`` (its own DVC stage,
     so recipes that share the starting student share this evaluation through DVC's run cache), with the
-    teacher-space adapter in ``adapter_from`` where that folder holds one (the ``start_adapter`` stage's)."""
+    teacher-space adapter in ``adapter_from`` where that folder holds one (the ``start_adapter`` stage's).
+
+    With ``baselines_dir`` (the baselines stage's output), the teacher reuses its stored vectors and the
+    start's derive from the untrained student's where its head allows (:mod:`shared_encodings`)."""
     with prepared_inputs(raw_dir, settings, dev_path) as inputs:
         teacher = _load_encoder(teacher_spec, settings)
         model = _load_encoder(start_spec, settings, adapter_from)
+        if baselines_dir is not None:
+            reuse_teacher(teacher, Path(baselines_dir) / ENCODINGS_FOLDER, TEACHER_LABEL)
+            derive_start(model, Path(baselines_dir) / ENCODINGS_FOLDER, UNTRAINED_LABEL)
         result = {
             **evaluate_model(model, START_LABEL, settings, inputs, teacher=teacher),
             "settings": settings.as_dict(),
@@ -253,6 +266,8 @@ def run_student_evaluation(
         baselines.update(load_baselines(folder))
     with prepared_inputs(raw_dir, settings, dev_path) as inputs:
         teacher = _load_encoder(teacher_spec, settings)
+        for folder in baselines_dirs:
+            reuse_teacher(teacher, Path(folder) / ENCODINGS_FOLDER, TEACHER_LABEL)
         student = _load_encoder(student_spec, settings)
         result = {
             **evaluate_model(student, STUDENT_LABEL, settings, inputs, teacher=teacher),

@@ -310,7 +310,8 @@ def write_summary(
     rows += list(dict.fromkeys(k for values in per_language_rows.values() for k in values))
     specs = "\n".join(
         f"- **{label}**: `{r.get('spec')}` ({r.get('dimension')}-d, {r.get('seconds')} s, "
-        f"{r.get('sentences_encoded')} sentences encoded)"
+        f"{r.get('sentences_encoded')} sentences encoded"
+        + (f", {r['sentences_reused']} derived from stored encodings)" if r.get("sentences_reused") else ")")
         for label, r in all_results.items()
     )
     text = (

@@ -3,7 +3,7 @@
 The result of :func:`evaluate_model` is what ``data/baselines/<label>.json`` holds and what the
 report merges across models::
 
-    {"label", "spec", "dimension", "seconds", "sentences_encoded",
+    {"label", "spec", "dimension", "seconds", "sentences_encoded", "sentences_reused",
      "benchmarks": {name: {"scores": nested numbers (x 100), "info": counts, notes, settings}},
      "pca": 2-D projection of English FLORES sentences and their translations}
 
@@ -49,6 +49,7 @@ def evaluate_model(
         "benchmarks": benchmarks,
         "pca": run_pca(cached, settings, inputs),
         "sentences_encoded": cached.encoded,
+        "sentences_reused": cached.reused,
         "seconds": round(time.perf_counter() - started, 1),
     }
 
