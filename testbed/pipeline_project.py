@@ -18,6 +18,12 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+
+def pipeline_stages() -> list[str]:
+    """The stages of dvc.yaml in the order it declares them: the order a cold ``dvc repro`` runs them in."""
+    return list(yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"])
+
+
 # Overrides of params.yaml that keep a whole `dvc repro` to a couple of minutes on 2 cores.
 TINY_PARAMS: dict[str, Any] = {
     "languages": ["de", "es"],

@@ -10,19 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed.pipeline_project import pipeline_stages
+
 ROOT = Path(__file__).resolve().parent.parent
-ALL_STAGES = [
-    "corpora",
-    "parallel",
-    "teacher_embed",
-    "train",
-    "start_adapter",
-    "baselines",
-    "evaluate_start",
-    "evaluate",
-    "register",
-    "promote",
-]
+ALL_STAGES = pipeline_stages()
 
 
 @pytest.mark.slow

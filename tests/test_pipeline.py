@@ -20,21 +20,10 @@ import numpy as np
 import pytest
 import yaml
 
-from testbed.pipeline_project import make_pipeline_project, run
+from testbed.pipeline_project import make_pipeline_project, pipeline_stages, run
 from xdistill.registry.register import read_registration
 
-ALL_STAGES = [
-    "corpora",
-    "parallel",
-    "teacher_embed",
-    "train",
-    "start_adapter",
-    "baselines",
-    "evaluate_start",
-    "evaluate",
-    "register",
-    "promote",
-]
+ALL_STAGES = pipeline_stages()
 SENTENCES = ["The cat sits on the mat.", "Die Katze sitzt auf der Matte.", "El gato está en la alfombra."]
 
 pytestmark = pytest.mark.slow

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -39,7 +40,7 @@ from xdistill.training import checkpoint as ckpt
 from xdistill.training.batches import BatchStream, epoch_batches, read_parallel_pairs
 from xdistill.training.loop import TrainingDivergedError, linear_schedule
 from xdistill.training.settings import OutputPaths, RuntimeSettings, TrainParams
-from xdistill.training.trainer import placement, train_student
+from xdistill.training.trainer import TrainResult, placement, train_student
 from xdistill.training.validation import (
     BLOCK_MINING_SEEDS,
     TrainingCollapsedError,
@@ -75,6 +76,15 @@ def reference_run(setup: dict[str, Path]) -> Path:
 # ---------------------------------------------------------------------------------------------
 # building blocks
 # ---------------------------------------------------------------------------------------------
+
+
+def train_on(setup: dict[str, Path], params: dict[str, Any], outputs: OutputPaths, **options: Any) -> TrainResult:
+    """``train_student`` on the module's tiny data, teacher store and student; on the CPU unless told."""
+    options.setdefault("device", "cpu")
+    data = setup["data"]
+    return train_student(
+        data / "train.tsv.gz", data / "dev.tsv.gz", setup["store"], str(setup["student"]), params, outputs, **options
+    )
 
 
 def test_epoch_batches_are_length_bucketed_deterministic_and_complete() -> None:
@@ -187,21 +197,15 @@ def test_dev_mining_blocks_replace_the_pooled_mining_part_of_the_dev_score(
     block = news_block(tmp_path)
     weights = {"sts": 0.0, "accuracy": 0.0, "teacher_accuracy": 0.0, "mining": 1.0}
     params = tiny_train_params(steps=2, eval_every=2, interpolation=None, dev_score_weights=weights)
-    with_blocks = train_student(
-        setup["data"] / "train.tsv.gz",
-        setup["data"] / "dev.tsv.gz",
-        setup["store"],
-        str(setup["student"]),
+    with_blocks = train_on(
+        setup,
         params,
         OutputPaths(tmp_path / "a", tmp_path / "ca", None, None, None),
         device="cpu",
         dev_mining_file=block,
     )
-    pooled = train_student(
-        setup["data"] / "train.tsv.gz",
-        setup["data"] / "dev.tsv.gz",
-        setup["store"],
-        str(setup["student"]),
+    pooled = train_on(
+        setup,
         params,
         OutputPaths(tmp_path / "b", tmp_path / "cb", None, None, None),
         device="cpu",
@@ -593,11 +597,8 @@ def test_low_dimensional_student_with_feature_distillation(setup: dict[str, Path
         export_rotation=True,  # on in params.yaml: a 16-d head has no teacher space to rotate onto
     )
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", tmp_path / "m.json", None, None)
-    result = train_student(
-        setup["data"] / "train.tsv.gz",
-        setup["data"] / "dev.tsv.gz",
-        setup["store"],
-        str(setup["student"]),
+    result = train_on(
+        setup,
         params,
         outputs,
         device="cpu",
@@ -621,11 +622,8 @@ def test_early_stopping_and_best_checkpoint(setup: dict[str, Path], tmp_path: Pa
         steps=10, learning_rate=1e-30, eval_every=1, early_stopping_patience=2, checkpoint_every=100
     )
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
-    result = train_student(
-        setup["data"] / "train.tsv.gz",
-        setup["data"] / "dev.tsv.gz",
-        setup["store"],
-        str(setup["student"]),
+    result = train_on(
+        setup,
         params,
         outputs,
         device="cpu",
@@ -638,11 +636,10 @@ def test_a_best_checkpoint_that_went_missing_is_not_replaced_by_the_last_step(
 ) -> None:
     params = tiny_train_params(steps=4, eval_every=2, checkpoint_every=2)
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
-    args = (setup["data"] / "train.tsv.gz", setup["data"] / "dev.tsv.gz", setup["store"], str(setup["student"]))
-    assert train_student(*args, params, outputs, device="cpu").best_step > 0
+    assert train_on(setup, params, outputs).best_step > 0
     (tmp_path / "ckpt" / ckpt.BEST).unlink()
     with pytest.raises(XdistillError, match=r"best.pt \(step \d, the best on dev data\) is missing or unreadable"):
-        train_student(*args, params, outputs, device="cpu")  # the finished run's last.pt is the result
+        train_on(setup, params, outputs)  # the finished run's last.pt is the result
 
 
 def test_collapse_guard_fails_loud(setup: dict[str, Path], tmp_path: Path) -> None:
@@ -653,11 +650,8 @@ def test_collapse_guard_fails_loud(setup: dict[str, Path], tmp_path: Path) -> No
     )
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
     with pytest.raises(TrainingCollapsedError, match="training collapsed at step") as raised:
-        train_student(
-            setup["data"] / "train.tsv.gz",
-            setup["data"] / "dev.tsv.gz",
-            setup["store"],
-            str(setup["student"]),
+        train_on(
+            setup,
             params,
             outputs,
             device="cpu",
@@ -678,11 +672,8 @@ def test_a_selection_metric_the_run_cannot_measure_is_refused_before_training(
     params = tiny_train_params(selection_metric="dev_sts", interpolation=[0.0, 1.0])
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
     with pytest.raises(XdistillError, match="selection_metric dev_sts is nan for this run"):
-        train_student(
-            setup["data"] / "train.tsv.gz",
-            setup["data"] / "dev.tsv.gz",
-            setup["store"],
-            str(setup["student"]),
+        train_on(
+            setup,
             params,
             outputs,
             device="cpu",
@@ -739,11 +730,8 @@ def test_divergence_stops_before_the_weights_turn_nan(setup: dict[str, Path], tm
     params = tiny_train_params(learning_rate=1e30, warmup_ratio=0.0, eval_every=100, checkpoint_every=1)
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
     with pytest.raises(TrainingDivergedError, match="training diverged at step") as raised:
-        train_student(
-            setup["data"] / "train.tsv.gz",
-            setup["data"] / "dev.tsv.gz",
-            setup["store"],
-            str(setup["student"]),
+        train_on(
+            setup,
             params,
             outputs,
             device="cpu",
@@ -782,11 +770,8 @@ def test_procrustes_aligned_head_starts_in_the_teachers_space(
         student={"keep_layers": 1, "dropout": 0.0, "align_to_teacher": True, "head_fit": "procrustes"},
     )
     outputs = OutputPaths(tmp_path / "student", tmp_path / "ckpt", None, None, None)
-    result = train_student(
-        setup["data"] / "train.tsv.gz",
-        setup["data"] / "dev.tsv.gz",
-        setup["store"],
-        str(setup["student"]),
+    result = train_on(
+        setup,
         params,
         outputs,
         device="cpu",
@@ -956,11 +941,8 @@ def test_low_dimensional_head_starts_as_principal_axes_with_a_fitted_projection(
     runs = {}
     for align in (False, True):
         outputs = OutputPaths(tmp_path / f"student-{align}", tmp_path / f"ckpt-{align}", None, None, None)
-        runs[align] = train_student(
-            setup["data"] / "train.tsv.gz",
-            setup["data"] / "dev.tsv.gz",
-            setup["store"],
-            str(setup["student"]),
+        runs[align] = train_on(
+            setup,
             tiny_train_params(
                 **params, student={"keep_layers": 1, "dropout": 0.0, "output_dim": 16, "align_to_teacher": align}
             ),

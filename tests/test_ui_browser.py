@@ -55,7 +55,7 @@ from ui_browser import (
 
 from flows.local_stack import LocalStack, MlflowUi, free_port
 from flows.registry_tasks import MLFLOW_UI_ENV
-from testbed.pipeline_project import make_pipeline_project, run
+from testbed.pipeline_project import make_pipeline_project, pipeline_stages, run
 from xdistill.registry.promotion import DECISION_TAG, REASONS_TAG
 from xdistill.registry.store import client_for
 
@@ -77,17 +77,7 @@ PROJECT_PARAMS: dict[str, Any] = {
     },
 }
 EXPERIMENT = "ui-browser-run"
-STAGES = [
-    "corpora",
-    "parallel",
-    "teacher_embed",
-    "train",
-    "start_adapter",
-    "baselines",
-    "evaluate_start",
-    "evaluate",
-    "register",
-]
+STAGES = [stage for stage in pipeline_stages() if stage != "promote"]  # the flow holds the gate itself
 # a tiny run takes minutes on a quiet machine; 40 min were measured on the 2 loaded cores (nice 19)
 RUN_TIMEOUT_S = 3600
 MODEL_NAME = "xdistill-student"
