@@ -77,6 +77,10 @@ REMOTE_POOL = "remote"
 DVC_SHARE = "dvc"  # the DVC remote's folder on the WebDAV server
 DEFAULT_PORTS = {"prefect": 4200, "mlflow": 5000, "webdav": 8080, "git": 9418}
 ENV_FILE = "multi-host.env"
+# The ssh of every host towards the git remote: the services host's key must be in known_hosts, no prompt.
+# Set, GIT_SSH_COMMAND also makes DVC's git client (scmrepo's dulwich) run OpenSSH (its `core.sshCommand`, or
+# plain `ssh`), which checks that key; unset, `dvc exp push`/`pull` log in over asyncssh without checking it.
+CHECKED_SSH = "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes"
 SECRETS_FILE = "secrets.env"
 DVC_REMOTE_NAME = "services"  # what `checkout` calls the DVC remote in a clone's .dvc/config.local
 DVC_USER_ENV, DVC_PASSWORD_ENV = "XDISTILL_DVC_USER", "XDISTILL_DVC_PASSWORD"
@@ -289,6 +293,7 @@ class Services:
             "XDISTILL_DVC_REMOTE": self.dvc_remote,
             # the distill flow pushes each experiment, with its DVC data, to its checkout's origin (the git remote)
             "XDISTILL_EXP_REMOTE": "origin",
+            **({} if self.git_daemon else {"GIT_SSH_COMMAND": CHECKED_SSH}),
             **(self.credentials.client_env() if self.credentials else {}),
         }
 

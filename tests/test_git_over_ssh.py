@@ -7,9 +7,9 @@ keys only, and only git's pack commands for repositories in the services' git fo
 with its own HOME holding its key (``~/.ssh/id_ed25519``, mode 600) and the server's host key
 (``~/.ssh/known_hosts``). git runs OpenSSH, which reads ``~`` from the password database, not ``HOME``: the
 host's ``~/.gitconfig`` names both files in ``core.sshCommand``. ``dvc exp push`` / ``pull`` reach the remote
-through DVC's own git client (scmrepo's dulwich), which logs in over asyncssh with the keys of ``HOME``'s
-``~/.ssh`` and never runs the command of ``GIT_SSH_COMMAND`` (set, it makes DVC run plain ``ssh``, or
-``core.sshCommand``): so the key is where a real host keeps it, and no ``GIT_SSH_COMMAND`` is set.
+through DVC's own git client (scmrepo's dulwich), which logs in over asyncssh without checking the server's key
+unless ``GIT_SSH_COMMAND`` is set; set (as the multi-host env file sets it), it runs OpenSSH with
+``core.sshCommand``, which checks the key: a host that knows another key for the server is refused.
 
 Seconds on 2 cores: git over SSH takes ~0.1 s a command, each DVC command ~1 s.
 """
@@ -44,19 +44,20 @@ def _host(folder: Path) -> Path:
     return generate_key(ssh / "id_ed25519")
 
 
-def _env(folder: Path, server: GitSshServer) -> dict[str, str]:
-    """The host's environment: its HOME, where ``~/.gitconfig`` points git (and DVC's dulwich) at its key and the
-    server's host key through ``core.sshCommand``."""
+def _env(folder: Path, server: GitSshServer, known_host_line: str) -> dict[str, str]:
+    """The host's environment: its HOME, where ``~/.gitconfig`` points git and DVC's dulwich at its key and the
+    server key it knows (``known_host_line``) through ``core.sshCommand``, and ``GIT_SSH_COMMAND`` set as the
+    multi-host env file sets it (here the same command: OpenSSH reads ``~`` from the password database)."""
     home = folder / "home"
     known_hosts = home / ".ssh" / "known_hosts"
-    known_hosts.write_text(server.known_hosts_line())
+    known_hosts.write_text(known_host_line)
     ssh_command = server.ssh_command(home / ".ssh" / "id_ed25519", known_hosts)
     identity = f"[user]\n\tname = {folder.name}\n\temail = {folder.name}@xdistill.invalid\n"
     (home / ".gitconfig").write_text(f"{identity}[core]\n\tsshCommand = {ssh_command}\n")
     env = child_env(HOME=str(home), GIT_CONFIG_NOSYSTEM="1", GIT_TERMINAL_PROMPT="0")
     for name in UNSET:
         env.pop(name, None)
-    return env
+    return {**env, "GIT_SSH_COMMAND": ssh_command}
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -102,13 +103,18 @@ def test_hosts_push_and_fetch_branches_and_experiments_over_ssh_with_their_keys_
     url = ssh_git_remote("127.0.0.1", services.git_repo, port)  # the same URL, at the server of this test
     seeded = _refs(services.git_repo)
 
-    keys = {name: _host(tmp_path / name) for name in ("host-a", "host-b", "intruder")}
+    keys = {name: _host(tmp_path / name) for name in ("host-a", "host-b", "intruder", "misled")}
     for key in keys.values():
         assert stat.S_IMODE(key.stat().st_mode) == 0o600
     host_key = generate_key(tmp_path / "ssh_host_ed25519_key")
-    server = GitSshServer(services.git_repo.parent, [keys["host-a"], keys["host-b"]], host_key, port)
+    authorized = [keys["host-a"], keys["host-b"], keys["misled"]]
+    server = GitSshServer(services.git_repo.parent, authorized, host_key, port)
+    impostor = GitSshServer(services.git_repo.parent, [], generate_key(tmp_path / "impostor_host_key"), port)
     with server:
-        env = {name: _env(tmp_path / name, server) for name in keys}
+        env = {name: _env(tmp_path / name, server, server.known_hosts_line()) for name in keys if name != "misled"}
+        # an authorized host whose known_hosts names another key for the services host (as a man in the middle
+        # would look to the others): git and DVC refuse to talk to the server
+        env["misled"] = _env(tmp_path / "misled", server, impostor.known_hosts_line())
 
         # host A: clone over SSH, push a branch, then a DVC experiment (as the distill flow does: to the URL)
         a = tmp_path / "host-a"
@@ -155,6 +161,13 @@ def test_hosts_push_and_fetch_branches_and_experiments_over_ssh_with_their_keys_
         (clone_c / "params.yaml").write_text(yaml.safe_dump({"train": {"steps": 1}}))
         _ok([*DVC, "exp", "save", "--name", "intruder-exp"], clone_c, env["intruder"])
         _refused([*DVC, "exp", "push", "--no-cache", url, "intruder-exp"], clone_c, env["intruder"])
+
+        m = tmp_path / "misled"
+        assert "Host key verification failed" in _refused(["git", "ls-remote", url], m, env["misled"])
+        _ok(["git", "clone", "--quiet", str(services.git_repo), "clone"], m, env["misled"])  # a copy from elsewhere
+        (m / "clone" / "params.yaml").write_text(yaml.safe_dump({"train": {"steps": 2}}))
+        _ok([*DVC, "exp", "save", "--name", "misled-exp"], m / "clone", env["misled"])
+        _refused([*DVC, "exp", "push", "--no-cache", url, "misled-exp"], m / "clone", env["misled"])
 
         # an authorized key runs git's pack commands for the services' repositories, nothing else
         elsewhere = tmp_path / "services" / "elsewhere.git"
