@@ -7,35 +7,20 @@ The servers run on 127.0.0.1 on free ports, started once for the module (about 3
 
 from __future__ import annotations
 
-import base64
 import stat
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from http_helpers import http_status as _status
 
 from flows import services as services_cli
 from flows.local_stack import free_port
 from flows.services import SECRETS_FILE, Credentials, Services, is_loopback, services_credentials
 from testbed.pipeline_project import run
-
-
-def _status(url: str, method: str = "GET", auth: tuple[str, str] | None = None, data: bytes | None = None) -> int:
-    """The HTTP status ``url`` answers (anonymous unless ``auth``)."""
-    headers = {"Content-Type": "application/json"}
-    if auth:
-        headers["Authorization"] = "Basic " + base64.b64encode(":".join(auth).encode()).decode()
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
 
 
 @pytest.fixture(scope="module")
