@@ -2,7 +2,7 @@
 #   make run    create .venv, install everything, run the pipeline (`dvc repro`)
 #   make test   create .venv if needed, run the whole test suite
 #   make lint   ruff (lint, format), mypy and the dvc.yaml deps check: seconds, run by CI first
-#   make test-fast  the suite without the end-to-end tests (minutes)
+#   make test-fast  the suite without the tests marked slow (about 2.5 min)
 #   make deps   regenerate dvc.yaml's code deps from the stages' imports
 #   make bench  the benchmarks (bench/perf/, ours vs the reference side by side) -> BENCHMARKS.md
 #   make gpu-check  on a GPU machine: the CUDA tests and the GPU benchmark (scripts/gpu_check.sh)

@@ -24,6 +24,8 @@ from xdistill.teacher.embed import embed_into_store
 from xdistill.teacher.store import TeacherStore, teacher_fingerprint
 from xdistill.vectors import OWN_SPACE, check_sidecar_matches, read_sidecar
 
+pytestmark = pytest.mark.slow  # every test here is over ~4 s, or shares a fixture that is
+
 TEACHER = "pypi:all-minilm-l6-v2"
 FP16_TOLERANCE = 2e-3  # unit vectors in fp16: batches of other lengths round the last digit differently
 

@@ -416,6 +416,7 @@ def test_cli_reports_missing_raw_folder(tmp_path, capsys):
     assert status == 2 and "raw corpora folder not found" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_dvc_reruns_parallel_only_when_its_inputs_change(tmp_path, mirror_dir):
     from testbed.pipeline_project import make_pipeline_project, run
 

@@ -120,6 +120,7 @@ def write_params(folder: Path, muse: bool) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_evaluate_cli_writes_baselines_and_side_by_side_outputs(
     raw_dir: Path, tmp_path: Path, mirror_dir: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -21,6 +21,8 @@ from xdistill.models import load_encoder
 from xdistill.models.vocabulary import trim_vocabulary
 from xdistill.training.student import StudentConfig, build_student, save_student
 
+pytestmark = pytest.mark.slow  # every test here is over ~4 s, or shares a fixture that is
+
 PAIRS = {lang: tatoeba_pairs(lang, 12) for lang in LANGUAGES}
 SENTENCES = [text for pairs in PAIRS.values() for pair in pairs for text in pair]
 

@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test here is over ~4 s, or shares a fixture that is
+
 
 @pytest.fixture(scope="module")
 def prefect_server():

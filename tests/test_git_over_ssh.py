@@ -93,6 +93,7 @@ def _seed(folder: Path) -> Path:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow
 def test_hosts_push_and_fetch_branches_and_experiments_over_ssh_with_their_keys_only(tmp_path: Path) -> None:
     port = free_port()
     services = Services(REMOTE_HOST, tmp_path / "services", ssh_port=port)

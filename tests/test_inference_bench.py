@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_bench_inference_tiny_reports_encoding_and_index_rows(tmp_path: Path) -> None:
     rows_file = tmp_path / "rows.json"
     done = subprocess.run(

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_bench_mining_tiny_runs_and_reports_every_row():
     done = subprocess.run(
         [sys.executable, "-m", "bench.perf.mining", "--tiny"], cwd=ROOT, capture_output=True, text=True, timeout=600

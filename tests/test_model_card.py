@@ -24,6 +24,8 @@ from tests.trainer_helpers import (
 )
 from xdistill.export.model_card import TrainingFacts, card_for_registry, render_model_card, write_model_card
 
+pytestmark = pytest.mark.slow  # every test here is over ~4 s, or shares a fixture that is
+
 
 def _front_matter(card: str) -> dict:
     assert card.startswith("---\n")

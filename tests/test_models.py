@@ -89,6 +89,7 @@ def test_minilm_resolves_and_encodes() -> None:
     assert default_prompt(encoder.model) == ""
 
 
+@pytest.mark.slow
 def test_mpnet_assembles_once_and_encodes(fresh_cache: Path) -> None:
     folder = resolve_model_dir(MPNET)
     assert folder == fresh_cache / "models" / "all-mpnet-base-v2"
@@ -140,6 +141,7 @@ def test_cache_is_reused_not_rewritten(e5_folder: Path) -> None:
     assert leftovers == []
 
 
+@pytest.mark.slow
 def test_a_changed_bin_of_the_same_size_is_converted_again(tmp_path: Path) -> None:
     """The cache record holds the sources' contents, not only their sizes (a re-quantised bin of the same
     layout has the same size): a stale conversion is never served."""
@@ -155,6 +157,7 @@ def test_a_changed_bin_of_the_same_size_is_converted_again(tmp_path: Path) -> No
     assert (out / "model.safetensors").read_bytes() != before
 
 
+@pytest.mark.slow
 def test_parallel_conversions_convert_once(tmp_path: Path) -> None:
     """Two processes asking for the same folder at once: one converts, the other waits and reuses it."""
     out = tmp_path / "e5"

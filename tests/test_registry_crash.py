@@ -122,6 +122,7 @@ register.register_run(Path(sys.argv[1]))
 """
 
 
+@pytest.mark.slow
 def test_a_sigkilled_registration_is_never_judged_and_the_next_one_cleans_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,6 +20,8 @@ from xdistill.errors import XdistillError
 from xdistill.models.registry_model import ADAPTER_ARTIFACT, find_version, pin_version, resolve_registry_model
 from xdistill.vectors import read_sidecar
 
+pytestmark = pytest.mark.slow  # every test here is over ~4 s, or shares a fixture that is
+
 NAME = "xdistill-student"
 SENTENCES = ["Wo ist der Bahnhof?", "Where is the station?", "Das Wetter ist schön.", "The weather is nice."]
 

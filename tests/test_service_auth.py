@@ -22,6 +22,8 @@ from flows.local_stack import free_port
 from flows.services import SECRETS_FILE, Credentials, Services, is_loopback, services_credentials
 from testbed.pipeline_project import run
 
+pytestmark = pytest.mark.slow  # every test here is over ~4 s, or shares a fixture that is
+
 
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:

@@ -79,6 +79,7 @@ def _evaluate_start(common: list[str], start: Path, out: str, baselines: str = "
     return json.loads((Path(out) / "student-start.json").read_text())
 
 
+@pytest.mark.slow
 def test_the_start_derived_from_the_untrained_students_vectors_scores_as_encoded(
     workspace: list[str], tmp_path: Path
 ) -> None:
@@ -96,6 +97,7 @@ def test_the_start_derived_from_the_untrained_students_vectors_scores_as_encoded
     assert derived_scores == pytest.approx(full_scores, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_a_start_the_untrained_vectors_cannot_give_is_encoded_in_full(workspace: list[str], tmp_path: Path) -> None:
     # a bias before Normalize: normalize(W p + b) needs the pooled vector p, not the stored unit one
     start = _start_model(tmp_path / "start", bias=0.05)

@@ -405,6 +405,7 @@ _CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sigkill_during_append_leaves_a_consistent_store(store_copy, mirror_dir, sentences, teacher_model):
     sub = _substore(store_copy)
     extra = _mirror_sentences(mirror_dir, 400, skip=240)  # 25 commits of 16: far from done at the kill
@@ -535,6 +536,7 @@ def test_stage_names_a_bad_parallel_file(tmp_path):
             build_teacher_store([good], tmp_path / "store", {"teacher": TEACHER, **section})
 
 
+@pytest.mark.slow
 def test_cli_runs_the_stage(tmp_path, sentences, repo_root):
     _write_parallel(tmp_path / "train.tsv.gz", [(s, "x", "de", "t") for s in sentences[:12]])
     _write_parallel(tmp_path / "dev.tsv.gz", [(s, "x", "de", "t") for s in sentences[12:16]])
@@ -563,6 +565,7 @@ def test_cli_runs_the_stage(tmp_path, sentences, repo_root):
     assert done.returncode == 2 and "dev.tsv.gz" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_benchmark_runs_end_to_end_tiny(repo_root, tmp_path):
     results = repo_root / "bench" / "results" / "teacher_embed.json"
     before = results.read_bytes() if results.exists() else None

@@ -323,6 +323,7 @@ def test_checkpoint_of_other_settings_is_ignored(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_trains_and_writes_every_output(reference_run: Path) -> None:
     metrics = json.loads((reference_run / "train.json").read_text())
     assert metrics["steps"] == 16 and metrics["resumed_from_step"] is None
@@ -339,6 +340,7 @@ def test_cli_trains_and_writes_every_output(reference_run: Path) -> None:
     assert (reference_run / "checkpoints" / "last.pt").is_file()
 
 
+@pytest.mark.slow
 def test_sigkilled_run_resumes_to_identical_weights(setup: dict[str, Path], reference_run: Path) -> None:
     workdir = setup["root"] / "killed"
     args = cli_args(workdir, setup["data"], setup["store"], setup["params"])
@@ -361,6 +363,7 @@ def test_sigkilled_run_resumes_to_identical_weights(setup: dict[str, Path], refe
     assert metrics["best"] == reference_metrics["best"]
 
 
+@pytest.mark.slow
 def test_a_finished_runs_checkpoints_are_not_reused_for_other_dev_data(
     setup: dict[str, Path], reference_run: Path
 ) -> None:
@@ -383,6 +386,7 @@ def test_a_finished_runs_checkpoints_are_not_reused_for_other_dev_data(
     assert json.loads((workdir / "train.json").read_text())["resumed_from_step"] is None  # trained afresh
 
 
+@pytest.mark.slow
 def test_checkpoints_moved_to_another_folder_resume_there(setup: dict[str, Path], reference_run: Path) -> None:
     """A killed quality member's checkpoints seed the next run's fresh workspace (flows/distill.py
     ``resume_from``): the fingerprint must not depend on where the checkpoints or outputs live."""
@@ -469,6 +473,7 @@ def test_damaged_teacher_vectors_are_refused_naming_the_file(setup: dict[str, Pa
     assert info.value.path == emb
 
 
+@pytest.mark.slow
 def test_loader_workers_prepare_the_same_batches(setup: dict[str, Path], reference_run: Path) -> None:
     """runtime.loader_workers 2: the micro-batches are prepared by worker processes ahead of the steps; the
     student is the one the training process preparing them itself trains, bit for bit."""
@@ -502,6 +507,7 @@ def test_lazy_token_ids_are_the_eager_ones(setup: dict[str, Path]) -> None:
     torch.testing.assert_close(lazy.teacher[np.arange(5)], eager.teacher[:5])
 
 
+@pytest.mark.slow
 def test_the_train_stage_starts_two_gloo_processes_matching_one(setup: dict[str, Path], reference_run: Path) -> None:
     """runtime.nproc 2: the plain stage command starts both processes itself (no torchrun in dvc.yaml)."""
     workdir = setup["root"] / "ddp"
@@ -516,6 +522,7 @@ def test_the_train_stage_starts_two_gloo_processes_matching_one(setup: dict[str,
     assert len(peaks) == 2 and all(peak["rss_mb"] > 50 for peak in peaks)
 
 
+@pytest.mark.slow
 def test_two_hosts_meet_at_a_c10d_rendezvous(setup: dict[str, Path], reference_run: Path, tmp_path: Path) -> None:
     """runtime.nnodes 2: two "hosts" (own HOME and working folder, one process each) join one job at
     127.0.0.1:<port>, as `torchrun --nnodes 2` would; the checkpoints live on storage both see."""
@@ -542,6 +549,7 @@ def test_two_hosts_meet_at_a_c10d_rendezvous(setup: dict[str, Path], reference_r
     assert json.loads((workdir / "train.json").read_text())["provenance"]["processes"] == 2
 
 
+@pytest.mark.slow
 def test_a_sigkilled_rank_resumes_to_the_same_weights(setup: dict[str, Path], reference_run: Path) -> None:
     """SIGKILL of one of two processes ends the job; the stage run again resumes from last.pt to the student
     an uninterrupted run trains."""

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_bench_train_tiny_runs_both_trainers_and_reports_the_ratio(tmp_path: Path) -> None:
     recorded = (ROOT / "bench" / "results" / "train.json").read_bytes()
     rows_file = tmp_path / "rows.json"

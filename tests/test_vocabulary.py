@@ -22,6 +22,8 @@ from xdistill.models.vocabulary import (
 )
 from xdistill.training.student import StudentConfig, build_student, save_student
 
+pytestmark = pytest.mark.slow  # every test here is over ~4 s, or shares a fixture that is
+
 KEPT = ["de", "ar", "zh", "tr"]
 
 
