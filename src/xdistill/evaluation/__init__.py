@@ -8,6 +8,8 @@ Benchmark logic (what each score is):
 - :mod:`bias`      language bias: expected vs actual Spearman of all STS sets joined
 - :mod:`dev`       held-out dev pairs: MSE to the teacher, retrieval accuracy
 - :mod:`encoding`  the encoder wrapper that caches every sentence's embedding over one run
+- :mod:`shared_encodings`  those embeddings kept by the baselines stage and reused by the later stages
+- :mod:`labels`    the names of the evaluated models (teacher, untrained student, start, mUSE, student)
 
 The evaluators, bottom to top (each imports only what is above it in this list):
 
