@@ -101,9 +101,9 @@ def test_quality_run_tiny_member_registers_exports_and_reports(tmp_path: Path, m
     assert float(table["Tatoeba average (training languages)"]["`tiny-minilm`"]) == pytest.approx(
         summary["tatoeba_average"], abs=0.05
     )
-    assert float(
-        table["primary score (mean of the STS, retrieval and mining task scores)"]["teacher MiniLM-L6 (English)"]
-    ) == pytest.approx(summary["models"]["teacher"]["primary_score"], abs=0.05)
+    primary = table["primary score (mean of the STS, retrieval and mining task scores)"]
+    assert float(primary["`tiny-minilm`"]) == pytest.approx(summary["primary_score"], abs=0.05)
+    assert primary["teacher MiniLM-L6 (English)"] == "-"  # English-only: scored on the English sets alone
     # the ablation table has the references and the variant, with the dev numbers that chose it
     ablation = report[report.index("## Ablation") :]
     assert "mE5-small, untrained" in ablation and "(`tiny-ablation`)" in ablation and "learning_rate=1e-05" in ablation

@@ -7,6 +7,7 @@ all-MiniLM-L6-v2 folder from PyPI) and real processes for the race.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -75,6 +76,36 @@ def test_references_travel_as_tags_and_come_from_the_summary(tmp_path: Path) -> 
     assert set(scores.references) == {"student-untrained", "teacher"}
     assert scores.references["teacher"] == Scores(0.2, {"en": 0.85})
     assert Scores.from_tags(scores.as_tags()) == scores
+
+
+def test_an_english_only_teacher_is_a_reference_by_its_english_score(tmp_path: Path) -> None:
+    """The evaluation scores the English-only teacher on English alone (no primary score): the version still
+    carries its English score, and the gate still judges the candidate's English against it."""
+    from xdistill.registry.scores import read_summary_scores
+
+    path = tmp_path / "summary.json"
+    path.write_text(
+        json.dumps(
+            {
+                "primary_score": 0.6,
+                "per_language": {"en": 0.8, "de": 0.5},
+                "models": {
+                    "student-untrained": {"primary_score": 0.55, "per_language": {"en": 0.79, "de": 0.45}},
+                    "teacher": {"primary_score": None, "per_language": {"en": 0.85, "de": None}},
+                },
+            }
+        )
+    )
+    scores = read_summary_scores(path)
+    teacher = scores.references["teacher"]
+    assert math.isnan(teacher.primary) and teacher.per_language == {"en": 0.85}
+    tags = scores.as_tags()
+    assert "xdistill.ref.teacher.primary_score" not in tags and tags["xdistill.ref.teacher.score.en"] == "0.85"
+    again = Scores.from_tags(tags).references["teacher"]
+    assert math.isnan(again.primary) and again.per_language == {"en": 0.85}
+    refused = judge(scores, None, 0.01, 0.02)
+    assert not refused.promote and any(r.startswith("en regressed 0.8000 vs teacher 0.8500") for r in refused.reasons)
+    assert judge(scores, None, 0.01, 0.02, teacher_tolerance=0.1).promote
 
 
 def test_primary_scores_over_different_tasks_are_not_compared(tmp_path: Path) -> None:

@@ -129,3 +129,20 @@ def test_stored_encodings_round_trip_and_damage_is_named(tmp_path: Path) -> None
     np.save(tmp_path / "m.npy", np.zeros((2, 3), dtype=np.float32))
     with pytest.raises(InputFileError, match=r"m\.npy.*shape \(2, 3\).*3 sentences"):
         load_encodings(tmp_path, "m")
+
+
+@pytest.mark.slow
+def test_the_english_only_teacher_is_scored_on_the_english_sets_alone(workspace: list[str]) -> None:
+    """The teacher's baseline holds STS17 en-en and STSb en and nothing else; the same model evaluated as the
+    untrained student scores every set, and its English scores are the teacher's."""
+    teacher = json.loads(Path("data/baselines/teacher.json").read_text())
+    untrained = json.loads(Path("data/baselines/student-untrained.json").read_text())
+    assert teacher["english_only"] is True and teacher["pca"] is None
+    assert set(teacher["benchmarks"]) == {"sts17", "sts_monolingual"}
+    assert set(teacher["benchmarks"]["sts17"]["scores"]) == {"en-en", "average", "average_monolingual"}
+    assert set(teacher["benchmarks"]["sts_monolingual"]["scores"]) == {"en-en", "average"}
+    assert {"tatoeba", "dev", "mining_flores", "sts_crosslingual"} <= set(untrained["benchmarks"])
+    for benchmark in ("sts17", "sts_monolingual"):
+        mine, theirs = teacher["benchmarks"][benchmark]["scores"], untrained["benchmarks"][benchmark]["scores"]
+        assert mine["en-en"] == pytest.approx(theirs["en-en"], abs=1e-6)
+    assert teacher["sentences_encoded"] < untrained["sentences_encoded"] / 2

@@ -942,6 +942,39 @@ def test_rotation_returns_what_the_rotated_student_now_gives_its_fit_sample(setu
     assert not torch.allclose(rotated, before, atol=1e-2)
 
 
+def test_validation_after_a_rotation_measures_only_what_the_rotation_changes(setup: dict[str, Path]) -> None:
+    """The rotated student's dev metrics, derived from its metrics before the rotation with only the dev pairs
+    encoded again, equal a full validation of the rotated student."""
+    from xdistill.training.alignment import rotate_output_to_teacher
+    from xdistill.training.losses import DistillationObjective
+    from xdistill.training.student import StudentConfig, build_student
+    from xdistill.training.tokenized import Featurizer
+    from xdistill.training.validation import DevScoreWeights, ValidationData, validate, validate_rotated
+
+    student = build_student(
+        StudentConfig(str(setup["student"]), keep_layers=1, dropout=0.0, align_to_teacher=True, max_seq_length=32),
+        seed=1,
+        teacher_dim=384,
+    )
+    featurize = Featurizer(student, torch.device("cpu"))
+    teacher = torch.nn.functional.normalize(
+        torch.randn(len(SENTENCES), 384, generator=torch.Generator().manual_seed(0))
+    )
+    pairs = _tokenized(student, SENTENCES, teacher)
+    pairs.tgt = pairs.tgt[1:] + pairs.tgt[:1]  # translations that are not the sources themselves
+    data = ValidationData(pairs, sts=[])
+    objective = DistillationObjective({"mse": 1.0}, 384, 384)
+    weights = DevScoreWeights(teacher_accuracy=1.0)  # the dev score depends on what the rotation changes
+    before = validate(student, objective, featurize, data, 16, weights)
+    rotate_output_to_teacher(student, featurize, pairs, n_pairs=len(SENTENCES), batch_size=16)
+    full = validate(student, objective, featurize, data, 16, weights)
+    derived = validate_rotated(before, student, objective, featurize, data, 16, weights)
+    assert derived.keys() == full.keys()
+    assert derived["dev_mse_x100"] != pytest.approx(before["dev_mse_x100"], abs=1e-4)  # the rotation moved it
+    for key, value in full.items():
+        assert derived[key] == pytest.approx(value, abs=1e-3, nan_ok=True), key
+
+
 def test_low_dimensional_head_starts_as_principal_axes_with_a_fitted_projection(
     setup: dict[str, Path], tmp_path: Path
 ) -> None:

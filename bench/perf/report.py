@@ -12,6 +12,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import yaml
+
 from bench.paths import REPO_ROOT, RESULTS_DIR
 
 HEADER = """# Benchmarks
@@ -71,7 +73,7 @@ SECTION_SOURCES = {
     "inference": ["src/xdistill/export", "src/xdistill/models"],
     "export": ["src/xdistill/export", "src/xdistill/models"],
     "vocabulary": ["src/xdistill/models/vocabulary.py"],
-    "e2e": ["src/xdistill", "dvc.yaml", "params.yaml"],
+    "e2e": ["dvc.yaml", "params.yaml"],  # and the code the stages import: _pipeline_code()
     "gpu_check": ["src/xdistill/training", "src/xdistill/teacher"],
 }
 
@@ -81,12 +83,30 @@ def _git(*args: str) -> str:
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
+def _pipeline_code() -> list[str]:
+    """The source files the pipeline's stages import (their ``src/`` deps in dvc.yaml): what ``dvc repro`` runs."""
+    stages = (yaml.safe_load((REPO_ROOT / "dvc.yaml").read_text(encoding="utf-8")) or {}).get("stages") or {}
+    deps = {dep for stage in stages.values() for dep in stage.get("deps") or [] if isinstance(dep, str)}
+    return sorted(dep for dep in deps if dep.startswith("src/"))
+
+
 def freshness_line(name: str, results_file: Path) -> str:
     """Which commit the results came in with, and whether the code they time changed after it."""
     measured = _git("log", "-1", "--format=%h", "--", str(results_file.relative_to(REPO_ROOT)))
     if not measured:
         return ""
     sources = SECTION_SOURCES.get(name)
+    if name == "e2e" and sources:
+        later = _git("log", "--format=%h", f"{measured}..HEAD", "--", *sources, *_pipeline_code()).split()
+        if not later:
+            return (
+                f"Results committed in {measured}; the pipeline they time (dvc.yaml, params.yaml and the code its "
+                "stages import) is unchanged since.\n\n"
+            )
+        return (
+            f"Results committed in {measured}; **the pipeline they time changed since** in {len(later)} commit(s) "
+            f"({', '.join(later[:5])}{', ...' if len(later) > 5 else ''}): re-run `{name}` to measure it.\n\n"
+        )
     if not sources:
         return f"Results committed in {measured}.\n\n"
     later = _git("log", "--format=%h", f"{measured}..HEAD", "--", *sources).split()

@@ -22,12 +22,15 @@ GLANCE = [
     ("primary_score", "primary score"),
     ("sts17_crosslingual_average", "STS17 cross-lingual"),
     ("sts17_monolingual_average", "STS17 monolingual"),
+    ("sts17_english", "STS17 English (en-en)"),
     ("sts_crosslingual_average", "STSb cross-lingual"),
     ("tatoeba_average", "Tatoeba, training languages"),
     ("mining_flores_f1", "mining F1"),
     ("language_bias_difference", "language bias (0 is best)"),
 ]
 OUTSIDE = "Tatoeba, languages outside training"
+# the teacher is English-only: only its English score means something (the others would rank it last by design)
+TEACHER_KEYS = ("sts17_english",)
 BIAS = "language_bias_difference"
 
 
@@ -103,11 +106,12 @@ def _run_table(
     """``baselines``' run data gives the teacher, untrained and mUSE rows; ``student_data`` (else the same
     run) gives the student's row."""
     models = _summary(baselines)
+    teacher = _with_english(models.get("teacher", {}))
     rows: dict[str, dict[str, Any]] = {
-        "teacher (English only)": models.get("teacher", {}),
-        UNTRAINED: models.get("student-untrained", {}),
-        "mUSE": models.get("muse", {}),
-        student: _summary(student_data or baselines).get("student", {}),
+        "teacher (English only)": {key: teacher.get(key) for key in TEACHER_KEYS},
+        UNTRAINED: _with_english(models.get("student-untrained", {})),
+        "mUSE": _with_english(models.get("muse", {})),
+        student: _with_english(_summary(student_data or baselines).get("student", {})),
     }
     columns = {title_: {name: values.get(key) for name, values in rows.items()} for key, title_ in GLANCE}
     if any(value is not None for value in outside.values()):
@@ -116,7 +120,7 @@ def _run_table(
 
 
 def _plot(rows: Mapping[str, Mapping[str, Any]], path: Path) -> Path:
-    """Every model but the English-only teacher (its cross-lingual scores are off the scale) on the benchmarks
+    """Every model but the English-only teacher (scored on English alone) on the benchmarks
     scored higher-is-better."""
     from xdistill.evaluation.plots import grouped_bars
 
@@ -180,6 +184,11 @@ def _sentences(run: RunTable) -> list[str]:
 
 def _summary(data: Mapping[str, Any]) -> dict[str, Any]:
     return (data["eval"].get("summary") or {}).get("models") or {}
+
+
+def _with_english(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A model's summary values with its English score (STS17 en-en, its per-language ``en``) as a column."""
+    return {**values, "sts17_english": (values.get("per_language") or {}).get("en")}
 
 
 def _outside_average(result: Mapping[str, Any] | None, languages: list[str]) -> float | None:

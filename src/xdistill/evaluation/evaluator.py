@@ -48,10 +48,12 @@ class Evaluator(ABC):
     """A benchmark (or a family of benchmarks sharing encodings) enabled by ``group`` in ``evaluate.benchmarks``."""
 
     group: str
+    english: bool = False  # whether it scores English-only sets, all an English-only model is scored on
 
     def applies(self, context: EvaluationContext) -> bool:
         """Whether this run has the data and settings the benchmark needs."""
-        return self.group in context.settings.benchmarks
+        settings = context.settings
+        return self.group in settings.benchmarks and (self.english or not settings.english_only)
 
     @abstractmethod
     def __call__(self, model: CachedEncoder, context: EvaluationContext) -> dict[str, BenchmarkResult]:

@@ -189,7 +189,10 @@ def task_scores(results: Mapping[str, Any]) -> dict[str, float]:
 
 
 def primary_score(results: Mapping[str, Any]) -> float:
-    """See :data:`PRIMARY_SCORE_DEFINITION`."""
+    """See :data:`PRIMARY_SCORE_DEFINITION`; NaN for a model scored on the English sets alone (the teacher):
+    its average of English STS would stand beside multilingual averages as if it were one of them."""
+    if results.get("english_only"):
+        return float("nan")
     return mean_or_nan(list(task_scores(results).values()))
 
 
@@ -227,12 +230,12 @@ def headline(results: Mapping[str, Any]) -> dict[str, Any]:
     dev_average = (scores_of(results, "dev") or {}).get("average", {})
     teacher_space = scores_of(results, "teacher_space") or {}
     adapter = scores_of(results, "teacher_space_adapter") or {}
-    tasks = task_scores(results)
+    tasks = task_scores(results) if not results.get("english_only") else {}
     values = {
         "primary_score": primary_score(results),
-        "task_sts": tasks["sts"],
-        "task_retrieval": tasks["retrieval"],
-        "task_mining": tasks["mining"],
+        "task_sts": tasks.get("sts"),
+        "task_retrieval": tasks.get("retrieval"),
+        "task_mining": tasks.get("mining"),
         "sts17_average": get("sts17", "average"),
         "sts17_monolingual_average": get("sts17", "average_monolingual"),
         "sts17_crosslingual_average": get("sts17", "average_crosslingual"),

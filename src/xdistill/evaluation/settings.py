@@ -8,7 +8,7 @@ checks at import that they are exactly the groups of its evaluators.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +22,8 @@ from xdistill.models.precision import DEFAULT_PRECISION, check_precision
 # The groups of ``evaluate.benchmarks``, in the order the evaluators run (one evaluator each, see
 # :data:`xdistill.evaluation.registry.EVALUATORS`).
 BENCHMARK_GROUPS: tuple[str, ...] = ("sts17", "stsb", "tatoeba", "dev", "mining", "teacher_space")
+# the groups with English-only sets (STS17 en-en, STSb en): the only ones an English-only model is scored on
+ENGLISH_GROUPS: tuple[str, ...] = ("sts17", "stsb")
 
 # The fewest pairs a capped set can be scored on: a Spearman correlation needs two, a retrieval one;
 # a negative cap would slice from the end.
@@ -51,6 +53,9 @@ class EvaluationSettings:
     pca_sentences: Count = 12
     muse: bool = True
     precision: str = "fp32"  # the models' number format on a GPU: fp32 | fp16 | bf16 (xdistill.models.precision)
+    # Score only the English sets (STS17 en-en, STSb en): all that an English-only model's scores mean. The
+    # baselines stage sets it for the teacher (:meth:`english_only_copy`); it is not a params key users need.
+    english_only: bool = False
 
     __pydantic_config__ = SECTION_CONFIG
 
@@ -82,9 +87,14 @@ class EvaluationSettings:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def english_only_copy(self) -> EvaluationSettings:
+        """These settings for an English-only model: English sets only, no other language."""
+        english = [group for group in self.benchmarks if group in ENGLISH_GROUPS]
+        return replace(self, english_only=True, languages=[], benchmarks=english)
+
 
 # settings that change how fast an evaluation runs or what else it draws, never a score the gate compares
-NOT_PROTOCOL = ("batch_size", "pca_sentences", "muse", "tatoeba_all")
+NOT_PROTOCOL = ("batch_size", "pca_sentences", "muse", "tatoeba_all", "english_only")
 
 
 def evaluation_protocol(settings: Mapping[str, Any]) -> dict[str, Any]:

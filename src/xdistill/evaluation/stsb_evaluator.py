@@ -25,6 +25,7 @@ class STSbEvaluator(Evaluator):
     """Cross-lingual and monolingual STSb (stsb-multi-mt) and the language bias over all those sets."""
 
     group = "stsb"
+    english = True  # the English set (an English-only model's settings name no other language)
 
     def __call__(self, model: CachedEncoder, context: EvaluationContext) -> dict[str, BenchmarkResult]:
         monolingual, crosslingual = stsb_sets(context)
@@ -36,6 +37,8 @@ class STSbEvaluator(Evaluator):
             )
         }
         if not crosslingual:
+            if context.settings.english_only:
+                return results
             logger.warning("cross-lingual STSb: none of %s has a stsb-multi-mt file", context.settings.languages)
             return results
         cross_scores, cross_pred = score_sts_sets(model, crosslingual)

@@ -4,6 +4,7 @@ The result of :func:`evaluate_model` is what ``data/baselines/<label>.json`` hol
 report merges across models::
 
     {"label", "spec", "dimension", "seconds", "sentences_encoded", "sentences_reused",
+     "english_only": true for an English-only model scored on the English sets alone (absent otherwise),
      "benchmarks": {name: {"scores": nested numbers (x 100), "info": counts, notes, settings}},
      "pca": 2-D projection of English FLORES sentences and their translations}
 
@@ -44,6 +45,7 @@ def evaluate_model(
     benchmarks = run_evaluators(cached, EvaluationContext(settings, inputs, teacher_cached), label)
     return {
         "label": label,
+        **({"english_only": True} if settings.english_only else {}),
         "spec": str(getattr(encoder, "spec", "")),
         "dimension": int(encoder.dimension),
         "benchmarks": benchmarks,
@@ -84,7 +86,7 @@ def project_2d(embeddings: np.ndarray) -> tuple[np.ndarray, list[float]]:
 
 def run_pca(encoder: CachedEncoder, settings: EvaluationSettings, inputs: EvaluationInputs) -> dict[str, Any] | None:
     """2-D PCA of English FLORES sentences and their translations (Figure 2 of Reimers & Gurevych)."""
-    if settings.pca_sentences <= 0:
+    if settings.pca_sentences <= 0 or settings.english_only:  # the PCA shows translations
         return None
     texts, langs, ids = pca_sentences(inputs.eval_dir, settings.languages, settings.pca_sentences)
     if len(set(langs)) < 2:

@@ -37,11 +37,10 @@ from typing import Any
 from xdistill.config import SECTION_CONFIG, parse_section
 from xdistill.errors import XdistillError
 from xdistill.evaluation.labels import TEACHER_LABEL, UNTRAINED_LABEL
-from xdistill.registry.scores import Scores
+from xdistill.registry.scores import ENGLISH, Scores
 
 CHAMPION_ALIAS = "champion"
 COMPARISONS = ("base", "teacher", "champion")
-ENGLISH = "en"
 
 
 @dataclass(frozen=True)

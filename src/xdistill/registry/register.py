@@ -46,7 +46,7 @@ from xdistill.registry.pending import (
     logged_model_id,
     owner_tags,
 )
-from xdistill.registry.scores import Scores, read_summary_scores
+from xdistill.registry.scores import ENGLISH, Scores, read_summary_scores
 from xdistill.registry.store import (
     DEFAULT_TRACKING_URI,
     client_for,
@@ -416,9 +416,14 @@ def describe_run(inputs: _Inputs, facts: dict[str, float]) -> str:
             if f"eval.summary.task_{task}" in metrics
         )
         lines.append(f"- evaluation primary score: **{inputs.scores.primary:.2f}**" + (f" ({tasks})" if tasks else ""))
-        for label, name in ((UNTRAINED_LABEL, "untrained student"), (TEACHER_LABEL, "teacher")):
-            if label in inputs.scores.references:
-                lines.append(f"- {name}: {inputs.scores.references[label].primary:.2f}")
+        references = inputs.scores.references
+        if UNTRAINED_LABEL in references:
+            lines.append(f"- untrained student: {references[UNTRAINED_LABEL].primary:.2f}")
+        english = references[TEACHER_LABEL].per_language.get(ENGLISH) if TEACHER_LABEL in references else None
+        if english is not None:  # English-only: scored on English alone
+            student = inputs.scores.per_language.get(ENGLISH)
+            mine = f" (this student {student:.2f})" if student is not None else ""
+            lines.append(f"- teacher, English STS17 en-en: {english:.2f}{mine}")
     else:
         lines.append("- no evaluation primary score: this version can never be promoted")
     if "train.best.dev_score" in metrics:

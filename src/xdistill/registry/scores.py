@@ -38,6 +38,7 @@ PROTOCOL_TAG = "xdistill.protocol"
 TASK_PREFIX = "task_"  # summary.json keys of the task scores the primary score averages
 # the evaluation's reference models a candidate is also judged against (labels of summary.json "models")
 REFERENCE_LABELS = (UNTRAINED_LABEL, TEACHER_LABEL)
+ENGLISH = "en"  # the per-language key of the English score (STS17 en-en), all the English-only teacher has
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class Scores:
 
     primary: float
     per_language: dict[str, float] = field(default_factory=dict)
-    # the same scores of the reference models evaluated beside this one (untrained student, teacher)
+    # the same scores of the reference models evaluated beside this one (untrained student, teacher); the
+    # English-only teacher has English scores and a NaN primary score
     references: dict[str, Scores] = field(default_factory=dict)
     # the tasks the primary score averages (empty: not recorded, e.g. a version registered before the tag)
     tasks: tuple[str, ...] = ()
@@ -63,7 +65,8 @@ class Scores:
         tags = {PRIMARY_SCORE_TAG: repr(self.primary)}
         tags.update({SCORE_TAG_PREFIX + key: repr(value) for key, value in sorted(self.per_language.items())})
         for label, ref in sorted(self.references.items()):
-            tags[f"{REFERENCE_TAG_PREFIX}{label}.primary_score"] = repr(ref.primary)
+            if math.isfinite(ref.primary):
+                tags[f"{REFERENCE_TAG_PREFIX}{label}.primary_score"] = repr(ref.primary)
             tags.update(
                 {f"{REFERENCE_TAG_PREFIX}{label}.score.{key}": repr(value) for key, value in ref.per_language.items()}
             )
@@ -79,7 +82,10 @@ class Scores:
             "primary_score": self.primary,
             "per_language": self.per_language,
             "references": {
-                label: {"primary_score": ref.primary, "per_language": ref.per_language}
+                label: {
+                    "primary_score": ref.primary if math.isfinite(ref.primary) else None,
+                    "per_language": ref.per_language,
+                }
                 for label, ref in sorted(self.references.items())
             },
             "tasks": list(self.tasks),
@@ -111,8 +117,8 @@ class Scores:
                     ref_primary[label] = float(value)
                 elif rest.startswith("score."):
                     ref_scores.setdefault(label, {})[rest[len("score.") :]] = float(value)
-        for label, primary in ref_primary.items():
-            references[label] = cls(primary, ref_scores.get(label, {}))
+        for label in sorted(ref_primary.keys() | ref_scores.keys()):
+            references[label] = cls(ref_primary.get(label, math.nan), ref_scores.get(label, {}))
         tasks_text = tags.get(TASKS_TAG) or ""
         tasks = (
             tuple(str(task) for task in json.loads(tasks_text))
@@ -149,8 +155,11 @@ def scores_from_summary(summary: Mapping[str, Any], source: str | Path = "summar
         if not isinstance(model, Mapping):
             raise InputFileError(source, f"'models.{label}' must be an object with primary_score and per_language")
         value = model.get("primary_score")
+        scores = numeric_leaves(model.get("per_language") or {})
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            references[label] = Scores(float(value), numeric_leaves(model.get("per_language") or {}))
+            references[label] = Scores(float(value), scores)
+        elif scores:  # an English-only teacher: its English scores, no primary score
+            references[label] = Scores(math.nan, scores)
     tasks = tuple(
         sorted(
             key[len(TASK_PREFIX) :]

@@ -18,7 +18,7 @@ from xdistill.errors import XdistillError
 from xdistill.export.model_card import training_facts, write_model_card
 from xdistill.training import checkpoint as ckpt
 from xdistill.training.loop import START_CHECKPOINT, LoopOutcome, LoopState
-from xdistill.training.reports import write_reports
+from xdistill.training.reports import chosen_metrics, write_reports
 from xdistill.training.setup import TrainingRun
 from xdistill.training.student import load_trainable_state_dict, save_student, trainable_state_dict
 from xdistill.training.validation import is_better
@@ -36,7 +36,8 @@ def finish(run: TrainingRun, outcome: LoopOutcome, provenance: dict[str, Any] | 
         _load_best(run, state)
         if params.interpolation:
             interpolation = _interpolate(run, state)
-        rotation, sample_embeddings = _rotate_to_teacher(run) if params.export_rotation else (None, None)
+        before = chosen_metrics(state, interpolation)
+        rotation, sample_embeddings = _rotate_to_teacher(run, before) if params.export_rotation else (None, None)
         save_student(run.student, outputs.model_dir)
         adapter = _fit_teacher_adapter(run, outputs.model_dir, sample_embeddings)
         write_model_card(outputs.model_dir, training_facts(run, state))  # replaces sentence-transformers' template
@@ -70,9 +71,12 @@ def _load_best(run: TrainingRun, state: LoopState) -> None:
         )
 
 
-def _rotate_to_teacher(run: TrainingRun) -> tuple[dict[str, Any], tuple[int, torch.Tensor] | None]:
-    """Rotate the chosen student onto the teacher's space and measure it again on dev data, for the report;
-    also the rotated student's embeddings of its fit sample, keyed by the sample's size (None when skipped).
+def _rotate_to_teacher(
+    run: TrainingRun, before: dict[str, float]
+) -> tuple[dict[str, Any], tuple[int, torch.Tensor] | None]:
+    """Rotate the chosen student onto the teacher's space and measure it again on dev data (from its metrics
+    ``before``, when there are any), for the report; also the rotated student's embeddings of its fit sample,
+    keyed by the sample's size (None when skipped).
 
     A student that cannot share the teacher's space (a low-dimensional head) is exported as it is,
     the reason logged and reported: the option is on by default, and such a head is a deliberate choice.
@@ -92,7 +96,8 @@ def _rotate_to_teacher(run: TrainingRun) -> tuple[dict[str, Any], tuple[int, tor
         fit["mse_before"],
         fit["mse_after"],
     )
-    return {**fit, "measured": run.measure()}, (run.params.align_pairs, embeddings)
+    measured = run.measure_rotated(before) if before else run.measure()
+    return {**fit, "measured": measured}, (run.params.align_pairs, embeddings)
 
 
 def _fit_teacher_adapter(

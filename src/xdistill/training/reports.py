@@ -9,6 +9,12 @@ from typing import Any
 from xdistill.io import atomic_path, write_json_atomic
 
 
+def chosen_metrics(state: Any, interpolation: dict[str, Any] | None) -> dict[str, float]:
+    """The dev metrics of the student the run exports (before any rotation): the interpolation chosen on dev
+    data, else the best checkpoint, else the last step."""
+    return interpolation["selected"] if interpolation else state.best_metrics or state.last_metrics
+
+
 def write_reports(
     state: Any,
     params: Any,
@@ -21,7 +27,7 @@ def write_reports(
     provenance: dict[str, Any] | None = None,
 ) -> None:
     """``outputs.metrics`` (summary JSON), ``outputs.history_csv`` and ``outputs.plot`` of a finished run."""
-    chosen = interpolation["selected"] if interpolation else state.best_metrics or state.last_metrics
+    chosen = chosen_metrics(state, interpolation)
     summary = {
         "steps": state.step,
         "best_step": state.best_step,

@@ -9,7 +9,7 @@ code is never resumed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +37,7 @@ from xdistill.training.validation import (
     load_sts_dev,
     sts_dev_digests,
     validate,
+    validate_rotated,
 )
 
 if TYPE_CHECKING:
@@ -128,9 +129,8 @@ class TrainingRun:
 
     def measure(self) -> dict[str, float]:
         """The dev metrics of the student as it is now: measured by rank 0, the same on every process."""
-        metrics: dict[str, float] | None = None
-        if self.ctx.is_main:
-            metrics = validate(
+        return self._on_main(
+            lambda: validate(
                 self.student,
                 self.objective,
                 self.featurize,
@@ -139,7 +139,26 @@ class TrainingRun:
                 self.weights,
                 self.params.dev_mining_threshold,
             )
-        return self.ctx.broadcast(metrics) or {}
+        )
+
+    def measure_rotated(self, before: dict[str, float]) -> dict[str, float]:
+        """:meth:`measure` right after a rotation of the output, from the metrics ``before`` it (only what the
+        rotation can change is measured again: :func:`xdistill.training.validation.validate_rotated`)."""
+        return self._on_main(
+            lambda: validate_rotated(
+                before,
+                self.student,
+                self.objective,
+                self.featurize,
+                self.validation,
+                self.params.eval_batch_size,
+                self.weights,
+            )
+        )
+
+    def _on_main(self, measure: Callable[[], dict[str, float]]) -> dict[str, float]:
+        """``measure()`` run by rank 0 and its result sent to every process."""
+        return self.ctx.broadcast(measure() if self.ctx.is_main else None) or {}
 
     def frozen_cache_report(self) -> dict[str, float] | None:
         """train.student.cache_frozen: the states' size and the pass's time (None when off)."""

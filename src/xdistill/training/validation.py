@@ -217,13 +217,67 @@ def validate(
     from xdistill.mining.knn import retrieval_accuracy
 
     texts = _UniqueTexts()
-    src_rows, tgt_rows = texts.add(data.pairs.src), texts.add(data.pairs.tgt)
+    pair_rows = texts.add(data.pairs.src), texts.add(data.pairs.tgt)
     sts_rows = [(texts.add(s.first), texts.add(s.second)) for s in data.sts]
     block_rows = [(texts.add(b.src), texts.add(b.tgt)) for b in data.mining_blocks]
-    embeddings = encode_token_ids(student, featurize, texts.ids, batch_size)
-    src, tgt = embeddings[torch.as_tensor(src_rows)], embeddings[torch.as_tensor(tgt_rows)]
-    teacher = torch.as_tensor(data.pairs.teacher.numpy())  # dev pairs: every vector, whether held or mapped
+    embeddings, src, tgt = _encode(student, featurize, texts, pair_rows, batch_size)
 
+    metrics = _teacher_metrics(src, tgt, data, objective)
+    src2tgt, tgt2src = retrieval_accuracy(src.numpy(), tgt.numpy())
+    metrics.update(
+        dev_accuracy_src2tgt=100 * src2tgt, dev_accuracy_tgt2src=100 * tgt2src, dev_accuracy=50 * (src2tgt + tgt2src)
+    )
+    metrics["dev_mean_pairwise_cosine"] = mean_pairwise_cosine(torch.cat([src, tgt]))
+    metrics["dev_mining_f1"] = dev_mining_f1(src.numpy(), tgt.numpy(), threshold=mining_threshold)
+    metrics.update(_sts_scores(data.sts, sts_rows, embeddings.numpy()))
+    metrics.update(_block_mining_scores(data.mining_blocks, block_rows, embeddings.numpy(), mining_threshold))
+    metrics["dev_score"] = _dev_score(metrics, weights)
+    return metrics
+
+
+def validate_rotated(
+    before: Mapping[str, float],
+    student: SentenceTransformer,
+    objective: torch.nn.Module,
+    featurize: Featurizer,
+    data: ValidationData,
+    batch_size: int,
+    weights: DevScoreWeights,
+) -> dict[str, float]:
+    """:func:`validate` of a student whose output was just rotated (multiplied by an orthogonal matrix), given
+    its metrics ``before`` the rotation: only the dev pairs are encoded again.
+
+    A rotation keeps every cosine between two of the student's embeddings, so STS, retrieval, mining and the
+    mean cosine stay as they were; what compares the student with the teacher (MSE, teacher-space retrieval),
+    and the dev score through it, is measured anew."""
+    texts = _UniqueTexts()
+    pair_rows = texts.add(data.pairs.src), texts.add(data.pairs.tgt)
+    _, src, tgt = _encode(student, featurize, texts, pair_rows, batch_size)
+    metrics = {**before, **_teacher_metrics(src, tgt, data, objective)}
+    metrics["dev_score"] = _dev_score(metrics, weights)
+    return metrics
+
+
+def _encode(
+    student: SentenceTransformer,
+    featurize: Featurizer,
+    texts: _UniqueTexts,
+    pair_rows: tuple[np.ndarray, np.ndarray],
+    batch_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every distinct text's embedding, and the dev pairs' sources and translations among them."""
+    embeddings = encode_token_ids(student, featurize, texts.ids, batch_size)
+    return embeddings, embeddings[torch.as_tensor(pair_rows[0])], embeddings[torch.as_tensor(pair_rows[1])]
+
+
+def _teacher_metrics(
+    src: torch.Tensor, tgt: torch.Tensor, data: ValidationData, objective: torch.nn.Module
+) -> dict[str, float]:
+    """The dev pairs' metrics against the teacher's vectors: MSE (through the objective's projection, where the
+    student's dimension differs) and teacher-space retrieval (only a student in the teacher's space has it)."""
+    from xdistill.mining.knn import retrieval_accuracy
+
+    teacher = torch.as_tensor(data.pairs.teacher.numpy())  # dev pairs: every vector, whether held or mapped
     metrics: dict[str, float] = {}
     src_t, tgt_t = (
         _in_teacher_space(src, objective, teacher.shape[1]),
@@ -236,10 +290,6 @@ def validate(
         metrics["dev_mse_x100"] = (metrics["dev_mse_x100_src"] + metrics["dev_mse_x100_tgt"]) / 2
     else:
         metrics["dev_mse_x100"] = float("nan")
-    src2tgt, tgt2src = retrieval_accuracy(src.numpy(), tgt.numpy())
-    metrics.update(
-        dev_accuracy_src2tgt=100 * src2tgt, dev_accuracy_tgt2src=100 * tgt2src, dev_accuracy=50 * (src2tgt + tgt2src)
-    )
     if src.shape[1] == teacher.shape[1]:
         # only a student whose exported embeddings live in the teacher's space can share its index
         en2xx, xx2en = retrieval_accuracy(teacher.numpy(), tgt.numpy())
@@ -250,12 +300,13 @@ def validate(
         )
     else:
         metrics["dev_teacher_accuracy"] = float("nan")
-    metrics["dev_mean_pairwise_cosine"] = mean_pairwise_cosine(torch.cat([src, tgt]))
-    metrics["dev_mining_f1"] = dev_mining_f1(src.numpy(), tgt.numpy(), threshold=mining_threshold)
-    metrics.update(_sts_scores(data.sts, sts_rows, embeddings.numpy()))
-    metrics.update(_block_mining_scores(data.mining_blocks, block_rows, embeddings.numpy(), mining_threshold))
+    return metrics
+
+
+def _dev_score(metrics: Mapping[str, float], weights: DevScoreWeights) -> float:
+    """The weighted dev score of the metrics (the module docstring): block mining where it was measured."""
     mining = metrics.get("dev_block_mining_f1", float("nan"))
-    metrics["dev_score"] = weights.combine(
+    return weights.combine(
         {
             "sts": metrics["dev_sts"],
             "accuracy": metrics["dev_accuracy"],
@@ -263,7 +314,6 @@ def validate(
             "mining": mining if np.isfinite(mining) else metrics["dev_mining_f1"],
         }
     )
-    return metrics
 
 
 DEV_MINING_GOLD_SHARE = 0.2  # FLORES mining uses 5 %; on a few hundred dev pairs that is too few gold pairs
