@@ -225,6 +225,23 @@ def test_ivfpq_shards_find_most_exact_neighbours(cluster, vector_files):
     assert recall_at_k(ids, exact_ids) > recall_at_k(unranked, exact_ids)  # exact re-scoring is what lifts it
 
 
+@pytest.mark.parametrize("retrieval", ["max", "fwd", "bwd", "intersect"])
+def test_margin_scored_on_the_workers_gives_the_single_process_pairs(cluster, vector_files, retrieval):
+    """Blocks of query rows margin-scored on the workers (the client gathers neighbour means and each row's best
+    candidate, never the k-NN lists) give the pairs of the single-process miner, score for score."""
+    from xdistill.cluster.mine import mine_on_cluster
+    from xdistill.mining.margin import mine_embeddings
+
+    queries, corpus = vector_files
+    ours = mine_on_cluster(cluster, queries, corpus, k=4, retrieval=retrieval, shard_rows=1500)
+    theirs = mine_embeddings(np.load(queries), np.load(corpus), k=4, retrieval=retrieval)
+    assert len(ours.src) > 1000
+    # as sets: BLAS sums in another order on a worker's one thread, which may swap the order of two equal scores
+    mine, single = (dict(zip(zip(p.src.tolist(), p.tgt.tolist()), p.scores.tolist())) for p in (ours, theirs))
+    assert mine.keys() == single.keys()
+    assert np.allclose([mine[pair] for pair in single], list(single.values()), atol=1e-5)
+
+
 def test_a_worker_killed_during_the_search_changes_nothing(vector_files):
     queries, corpus = vector_files
     exact_scores, exact_ids = sharded_knn(NpyRows(queries), NpyRows(corpus), 4, shard_rows=500, progress=False)
@@ -236,6 +253,83 @@ def test_a_worker_killed_during_the_search_changes_nothing(vector_files):
         assert killer.killed, "no worker was caught searching"
     assert np.array_equal(ids, exact_ids)
     assert np.allclose(scores, exact_scores, atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# Hosts that share no disk: the embeddings through a WebDAV store
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def webdav(tmp_path_factory) -> Iterator[tuple[str, dict[str, str]]]:
+    """The multi-host setup's WebDAV server (basic auth) on a free loopback port: its URL and its account's env."""
+    from flows.local_stack import free_port
+    from flows.services import Services, services_credentials
+
+    state = tmp_path_factory.mktemp("services")
+    credentials = services_credentials(state)
+    server = Services("127.0.0.1", state, {"webdav": free_port()}, credentials=credentials)
+    try:
+        server.start_webdav()
+        env = {"XDISTILL_DVC_USER": credentials.dvc_user, "XDISTILL_DVC_PASSWORD": credentials.dvc_password}
+        yield server.url("webdav"), env
+    finally:
+        server.stop()
+
+
+def test_cluster_mine_through_a_webdav_store_gives_the_pairs_of_mine(
+    corpus_pair, webdav, tmp_path, monkeypatch, capsys
+):
+    """The client uploads both sides' vectors and sidecars to the store and keeps no copy; the workers read
+    their rows from it: the same pairs as the single-process miner."""
+    from xdistill.cluster.staging import filesystem
+
+    url, env = webdav
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)  # the local cluster's workers start after this, with the account
+    src, tgt = corpus_pair
+    single, clustered = tmp_path / "single.tsv", tmp_path / "out" / "cluster.tsv"
+    common = [str(src), str(tgt), "--model", TEACHER, "--shard-rows", "7"]
+    assert main(["mine", *common, "-o", str(single), "--no-progress", "--work-dir", str(tmp_path / "kept")]) == 0
+    store = f"{url}/jobs/mine-1"
+    args = [*common, "-o", str(clustered), "--workers", "2", "--work-dir", store, "--index", "ivfpq", "--nlist", "2"]
+    assert main(["cluster-mine", *args]) == 0
+    ours, theirs = read_pairs(clustered), read_pairs(single)
+    assert len(ours) > 20 and [(s, t) for _, s, t in ours] == [(s, t) for _, s, t in theirs]
+    assert np.allclose([score for score, _, _ in ours], [score for score, _, _ in theirs], atol=2e-6)
+    assert sorted(p.name for p in clustered.parent.iterdir()) == ["cluster.tsv"]  # no local copy left behind
+    fs, folder = filesystem(store)
+    assert sorted(name.rsplit("/", 1)[-1] for name in fs.ls(folder, detail=False)) == [
+        "src.npy",
+        "src.npy.json",
+        "tgt.npy",
+        "tgt.npy.json",
+    ]
+    with fs.open(f"{folder}/tgt.npy", "rb") as handle:
+        np.testing.assert_allclose(np.load(handle), np.load(tmp_path / "kept" / "tgt.npy"), atol=1e-6)
+    monkeypatch.delenv("XDISTILL_DVC_PASSWORD")  # no account: the store refuses, and the error names it
+    capsys.readouterr()
+    refused = [*common, "-o", str(tmp_path / "refused.tsv"), "--workers", "1", "--work-dir", store]
+    assert main(["cluster-mine", *refused]) == 2
+    assert "cannot upload" in capsys.readouterr().err and not (tmp_path / "refused.tsv").exists()
+
+
+def test_sharded_search_of_a_webdav_store_is_the_search_of_local_files(vector_files, webdav, monkeypatch):
+    """Exact and IVF-PQ shards built from the store's rows find what they find from the same local files."""
+    from xdistill.cluster.staging import upload
+
+    url, env = webdav
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    queries, corpus = vector_files
+    remote = [upload(path, f"{url}/jobs/search/{path.name}") for path in (queries, corpus)]
+    ivfpq = IndexOptions(kind="ivfpq", nprobe=16, pq_m=8, train_rows=8000)
+    with dask_client(ClusterSettings(workers=2)) as client:
+        for options in (IndexOptions(), ivfpq):
+            local_scores, local_ids = distributed_knn(client, queries, corpus, 4, shard_rows=3000, options=options)
+            scores, ids = distributed_knn(client, *remote, 4, shard_rows=3000, options=options)
+            assert np.array_equal(ids, local_ids), options.kind
+            assert np.allclose(scores, local_scores, atol=1e-6), options.kind
 
 
 # --------------------------------------------------------------------------------------------

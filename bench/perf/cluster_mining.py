@@ -9,7 +9,7 @@ sample of ``--train-rows``, ``--nprobe`` visited):
   index of every target row in one process);
 - ours: ``xdistill cluster-mine --index ivfpq``'s path (:func:`xdistill.cluster.mine.mine_on_cluster`): each
   side sharded across a local cluster of ``--workers`` single-threaded worker processes, IVF-PQ shards
-  (48 bytes a row), merged lists re-scored exactly.
+  (48 bytes a row), each shard's candidates re-scored exactly from its rows, the margin scored on the workers.
 
 Each side runs in a child process; rows report wall time, peak memory (each worker, the client, the
 single process), recall@4 against exact search on a sample of queries, and the share of gold pairs
@@ -270,7 +270,7 @@ def model_row(args: argparse.Namespace, ours: dict) -> Row:
     # unit costs measured here
     assign_unit = tasks.get("assign_block", 0.0) / (block * nlist)  # s per query per IVF cell
     scan_unit = tasks.get("search_shard", 0.0) / (block * args.nprobe * args.shard_rows / nlist)  # s per code read
-    merge_unit = tasks.get("merge_block", 0.0) / (block * shards)  # s per query per shard list (incl. re-scoring)
+    merge_unit = tasks.get("merge_block", 0.0) / (block * shards)  # s per query per shard list
     build_unit = tasks.get("build_shard", 0.0) / args.shard_rows  # s per row added
     train_unit = tasks.get("train_ivfpq", 0.0) / (min(n, args.train_rows) * nlist)  # s per sample row per cell
     per_direction = (
@@ -285,16 +285,20 @@ def model_row(args: argparse.Namespace, ours: dict) -> Row:
     quantizer_gb = nlist_big * DIM * 4 / 1e9
     hours = {w: core_hours / (w * efficiency) for w in MODEL_WORKERS}
     memory = {w: (-(-2 * shards_big // w)) * (shard_gb + quantizer_gb) + 1.0 for w in MODEL_WORKERS}
-    client_gb = 2 * n_big * K * 12 / 1e9 * 2.5  # k-NN lists of both directions (+ the margin's temporaries)
+    # the client: each row's neighbour mean (float64) and best candidate (two int64 ids, a float32 score) in both
+    # directions, doubled for retrieval's temporaries; the k-NN lists stay on the workers
+    client_gb = 2 * n_big * (8 + 20) * 2 / 1e9
     table = "; ".join(f"{w} workers: {hours[w]:.1f} h, {memory[w]:.1f} GB each" for w in MODEL_WORKERS)
     note = (
         f"model of 1e8 x 1e8 from this run's per-task costs: nlist {nlist_big} (4 sqrt n), nprobe {args.nprobe}, "
         f"{shards_big} IVF-PQ shards of {MODEL_SHARD_ROWS:.0e} rows per side ({shard_gb:.2f} GB each + a "
         f"{quantizer_gb:.2f} GB copy of the coarse quantizer); costs per query scale with nlist (cell assignment, once "
-        f"per block), with nprobe x n/nlist (codes scanned over all shards) and with the shard count (merge + exact "
-        f"re-scoring), build per row, training with 39 nlist^2; {core_hours:.0f} single-core worker-hours in all, "
-        f"divided by the workers at this run's parallel efficiency ({efficiency:.2f}): {table}. The client holds both "
-        f"directions' k-NN lists for the margin: ~{client_gb:.0f} GB. Encoding (GPU time) not included."
+        f"per block), with nprobe x n/nlist (codes scanned over all shards, each shard's exact re-scoring of its "
+        f"candidates counted with them: an over-estimate for larger shards) and with the shard count (merge), build "
+        f"per row, training with 39 nlist^2; {core_hours:.0f} single-core worker-hours in all, divided by the workers "
+        f"at this run's parallel efficiency ({efficiency:.2f}): {table}. The k-NN lists stay on the workers, which "
+        f"margin-score them; the client holds each row's neighbour mean and best candidate in both directions: "
+        f"~{client_gb:.0f} GB. Encoding (GPU time) not included."
     )
     return Row(
         "cluster mining model 1e8 x 1e8: single-core worker-hours, hours and memory per worker",

@@ -6,6 +6,10 @@ directions are merged and margin-scored as ``xdistill mine`` does, and written t
 ``--scheduler`` (or ``XDISTILL_SCHEDULER``) names a running Dask scheduler; without it a local cluster
 of ``--workers`` processes runs on this machine. The embeddings kept in ``--work-dir`` carry the sidecar
 ``xdistill encode`` writes (``src.npy.json``: which model and space made them), as those of ``xdistill mine`` do.
+
+The workers read the embeddings from ``--work-dir``: a folder they all reach under the same path, or the URL
+of a network store (``webdav://host:8080/share/job``, ``s3://...``; :mod:`xdistill.cluster.staging`) to
+which this command uploads them, for hosts that share no disk.
 """
 
 from __future__ import annotations
@@ -59,15 +63,17 @@ _TEXT_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="sentences per pass")
 @click.option(
     "--work-dir",
-    type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="embeddings folder, reached by every worker (default: a temporary folder beside the output)",
+    help="where the workers read the embeddings: a folder every worker reaches under the same path, or a network "
+    "store's URL (webdav://host:port/path, s3://...) for hosts that share no disk (default: a temporary folder "
+    "beside the output)",
 )
 @click.option("--device", default=None, help="torch device of the workers (default: cuda where present)")
 @backend_option
 @cluster_options
-def command(src: Path, tgt: Path, output: Path, work_dir: Path | None, **options: Any) -> int:
+def command(src: Path, tgt: Path, output: Path, work_dir: str | None, **options: Any) -> int:
     """Mine parallel sentence pairs between SRC and TGT on a Dask cluster."""
+    from xdistill.cluster.staging import is_url
     from xdistill.mining.stream import LineFile
     from xdistill.models.registry_model import pin_version
     from xdistill.outputs import check_output_file
@@ -76,21 +82,23 @@ def command(src: Path, tgt: Path, output: Path, work_dir: Path | None, **options
     src_lines, tgt_lines = LineFile(src), LineFile(tgt)
     options["model"] = pin_version(options["model"])  # one version on every worker, named in the sidecars
     output.parent.mkdir(parents=True, exist_ok=True)
-    if work_dir is not None:
-        work_dir.mkdir(parents=True, exist_ok=True)
-        count = _mine(src_lines, tgt_lines, output, work_dir, **options)
-    else:
+    if work_dir is not None and not is_url(work_dir):
+        Path(work_dir).mkdir(parents=True, exist_ok=True)
+        count = _mine(src_lines, tgt_lines, output, Path(work_dir), None, **options)
+    else:  # encoded here first; uploaded to the store when work_dir is a URL
         with tempfile.TemporaryDirectory(prefix="xdistill-cluster-mine-", dir=output.resolve().parent) as work:
-            count = _mine(src_lines, tgt_lines, output, Path(work), **options)
+            count = _mine(src_lines, tgt_lines, output, Path(work), work_dir, **options)
     logger.info("wrote %d pairs to %s", count, output)
     return 0
 
 
-def _mine(src_lines, tgt_lines, output: Path, work_dir: Path, **options: Any) -> int:
+def _mine(src_lines, tgt_lines, output: Path, work_dir: Path, store: str | None, **options: Any) -> int:
+    """Encode both sides into ``work_dir`` (uploaded to the URL ``store`` when given), then mine them."""
     from xdistill.cli.mine import write_pairs
     from xdistill.cluster.knn import IndexOptions
     from xdistill.cluster.mine import encode_on_cluster, mine_on_cluster
     from xdistill.cluster.settings import ClusterSettings, dask_client
+    from xdistill.cluster.staging import join, upload
     from xdistill.mining.margin import MinedPairs
     from xdistill.vectors import write_sidecar
 
@@ -107,21 +115,26 @@ def _mine(src_lines, tgt_lines, output: Path, work_dir: Path, **options: Any) ->
     with dask_client(settings) as client:
         # on a worker: the workers resolve the model (the client may not have it) and keep its encoder loaded
         info = client.submit(worker_vectors_info, model, device, backend, pure=False).result()
-        embeddings = []
+        embeddings: list[str | Path] = []
         for side, lines, rows in (("src", src_lines, text_rows[0]), ("tgt", tgt_lines, text_rows[1])):
-            embeddings.append(
-                encode_on_cluster(
-                    client,
-                    lines,
-                    rows,
-                    work_dir.resolve() / f"{side}.npy",
-                    model=model,
-                    device=device,
-                    backend=backend,
-                    batch_size=options["batch_size"],
-                )
+            vectors = encode_on_cluster(
+                client,
+                lines,
+                rows,
+                work_dir.resolve() / f"{side}.npy",
+                model=model,
+                device=device,
+                backend=backend,
+                batch_size=options["batch_size"],
             )
-            write_sidecar(embeddings[-1], replace(info, rows=len(rows)))
+            sidecar = write_sidecar(vectors, replace(info, rows=len(rows)))
+            if store is None:
+                embeddings.append(vectors)
+                continue
+            upload(sidecar, join(store, sidecar.name))  # the workers read the store; the local copies go at once
+            embeddings.append(upload(vectors, join(store, vectors.name)))
+            sidecar.unlink()
+            vectors.unlink()
         pairs = mine_on_cluster(
             client,
             embeddings[0],

@@ -125,14 +125,37 @@ def best_candidates(neighbours: NeighbourLists, margin: str) -> tuple[MinedPairs
     """Best-scoring candidate of every source row (forward) and every target row (backward)."""
     src_means = neighbour_means(neighbours.fwd_scores)
     tgt_means = neighbour_means(neighbours.bwd_scores)
-    fwd = score_candidates(neighbours.fwd_scores, neighbours.fwd_indices, src_means, tgt_means, margin)
-    bwd = score_candidates(neighbours.bwd_scores, neighbours.bwd_indices, tgt_means, src_means, margin)
-    return _row_best(fwd, neighbours.fwd_indices, queries_are_src=True), _row_best(
-        bwd, neighbours.bwd_indices, queries_are_src=False
-    )
+    forward = best_of_rows(neighbours.fwd_scores, neighbours.fwd_indices, src_means, tgt_means, margin, True)
+    backward = best_of_rows(neighbours.bwd_scores, neighbours.bwd_indices, tgt_means, src_means, margin, False)
+    return forward, backward
 
 
-def _row_best(scores: np.ndarray, candidate_ids: np.ndarray, *, queries_are_src: bool) -> MinedPairs:
+def best_of_rows(
+    cosine: np.ndarray,
+    candidate_ids: np.ndarray,
+    query_means: np.ndarray,
+    candidate_means: np.ndarray,
+    margin: str,
+    queries_are_src: bool,
+    first_row: int = 0,
+) -> MinedPairs:
+    """Best-scoring candidate of each query row of a k-NN result: rows ``first_row`` onwards of their side, so
+    blocks of rows scored apart (on cluster workers) concatenate to the result of all rows at once."""
+    scores = score_candidates(cosine, candidate_ids, query_means, candidate_means, margin)
+    return _row_best(scores, candidate_ids, queries_are_src=queries_are_src, first_row=first_row)
+
+
+def concatenate_pairs(parts: list[MinedPairs]) -> MinedPairs:
+    """Pairs of several blocks, in order, as one."""
+    if not parts:
+        empty = np.zeros(0, np.int64)
+        return MinedPairs(empty, empty, np.zeros(0, np.float32))
+    return MinedPairs(*(np.concatenate([getattr(part, name) for part in parts]) for name in ("src", "tgt", "scores")))
+
+
+def _row_best(
+    scores: np.ndarray, candidate_ids: np.ndarray, *, queries_are_src: bool, first_row: int = 0
+) -> MinedPairs:
     """For each query row, its highest-scoring candidate (rows without any candidate dropped)."""
     rows = np.arange(scores.shape[0])
     if scores.shape[1] == 0:
@@ -144,7 +167,7 @@ def _row_best(scores: np.ndarray, candidate_ids: np.ndarray, *, queries_are_src:
     best_scores = scores[rows, best]
     best_ids = candidate_ids[rows, best]
     keep = np.isfinite(best_scores)
-    queries, partners = rows[keep].astype(np.int64), best_ids[keep].astype(np.int64)
+    queries, partners = rows[keep].astype(np.int64) + first_row, best_ids[keep].astype(np.int64)
     src, tgt = (queries, partners) if queries_are_src else (partners, queries)
     return MinedPairs(src, tgt, best_scores[keep].astype(np.float32))
 
@@ -230,12 +253,7 @@ def retrieve(forward: MinedPairs, backward: MinedPairs, retrieval: str) -> Mined
         backward_partner[backward.tgt] = backward.src
         mutual = backward_partner[forward.tgt] == forward.src
         return sort_pairs(forward.src[mutual], forward.tgt[mutual], forward.scores[mutual])
-    union = MinedPairs(
-        np.concatenate([forward.src, backward.src]),
-        np.concatenate([forward.tgt, backward.tgt]),
-        np.concatenate([forward.scores, backward.scores]),
-    )
-    return greedy_one_to_one(union)
+    return greedy_one_to_one(concatenate_pairs([forward, backward]))
 
 
 def mine_from_neighbours(neighbours: NeighbourLists, *, margin: str = "ratio", retrieval: str = "max") -> MinedPairs:

@@ -15,7 +15,7 @@ import codecs
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import faiss
 import numpy as np
@@ -28,6 +28,8 @@ from xdistill.mining.margin import MinedPairs, NeighbourLists, mine_from_neighbo
 from xdistill.vectors import as_float32_matrix
 
 if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
     from xdistill.models.encoders import Encoder
 
 logger = logging.getLogger(__name__)
@@ -179,12 +181,17 @@ _TSV_UNSAFE = str.maketrans(
 
 
 class NpyRows:
-    """Row-range reads from a 2-D float32 ``.npy`` file without mapping the whole file."""
+    """Row-range reads from a 2-D float32 ``.npy`` file without mapping the whole file.
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+    ``fs`` (an fsspec filesystem, ``path`` a path within it) reads a file of a network store by range
+    requests instead (:func:`xdistill.cluster.staging.open_rows`); ``name`` is what errors call it.
+    """
+
+    def __init__(self, path: str | Path, fs: AbstractFileSystem | None = None, name: str | None = None) -> None:
+        self.path: str | Path = Path(path) if fs is None else str(path)
+        self.fs, self.name = fs, name or str(path)
         try:
-            with self.path.open("rb") as handle:
+            with self._open() as handle:
                 version = np.lib.format.read_magic(handle)
                 read_header = (
                     np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
@@ -192,17 +199,23 @@ class NpyRows:
                 shape, fortran, dtype = read_header(handle)
                 self.data_offset = handle.tell()
         except (OSError, ValueError) as exc:
-            raise InputFileError(self.path, f"not a readable .npy file ({exc})") from exc
+            raise self._error(f"not a readable .npy file ({exc})") from exc
         if len(shape) != 2 or fortran or dtype != np.float32:
-            raise InputFileError(self.path, f"expected a C-order float32 matrix, found shape {shape} dtype {dtype}")
+            raise self._error(f"expected a C-order float32 matrix, found shape {shape} dtype {dtype}")
         self.shape: tuple[int, int] = shape
         expected = self.data_offset + shape[0] * shape[1] * 4
-        if (size := self.path.stat().st_size) < expected:  # a cut-off copy: reads would quietly return fewer rows
-            raise InputFileError(
-                self.path,
+        size = Path(self.path).stat().st_size if fs is None else int(fs.size(self.path))
+        if size < expected:  # a cut-off copy: reads would quietly return fewer rows
+            raise self._error(
                 f"truncated: its header promises {shape[0]} x {shape[1]} float32 "
-                f"({expected} bytes), the file has {size}",
+                f"({expected} bytes), the file has {size}"
             )
+
+    def _open(self) -> Any:
+        return Path(self.path).open("rb") if self.fs is None else self.fs.open(self.path, "rb")
+
+    def _error(self, problem: str) -> XdistillError:
+        return InputFileError(self.path, problem) if self.fs is None else XdistillError(f"{self.name}: {problem}")
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -211,8 +224,12 @@ class NpyRows:
         """Rows ``start:stop`` as an in-memory array."""
         stop = min(stop, self.shape[0])
         count = max(stop - start, 0) * self.shape[1]
-        with self.path.open("rb") as handle:
-            handle.seek(self.data_offset + start * self.shape[1] * 4)
+        offset = self.data_offset + start * self.shape[1] * 4
+        if self.fs is not None:  # one range request
+            data = self.fs.cat_file(self.path, start=offset, end=offset + count * 4) if count else b""
+            return np.frombuffer(data, dtype=np.float32).reshape(-1, self.shape[1])
+        with Path(self.path).open("rb") as handle:
+            handle.seek(offset)
             rows = np.fromfile(handle, dtype=np.float32, count=count)
         return rows.reshape(-1, self.shape[1])
 
