@@ -73,7 +73,7 @@ SECTION_SOURCES = {
     "inference": ["src/xdistill/export", "src/xdistill/models"],
     "export": ["src/xdistill/export", "src/xdistill/models"],
     "vocabulary": ["src/xdistill/models/vocabulary.py"],
-    "e2e": ["dvc.yaml", "params.yaml"],  # and the code the stages import: _pipeline_code()
+    "e2e": ["dvc.yaml", "params.yaml"],  # their parsed content, and the code the stages import: _pipeline_code()
     "gpu_check": ["src/xdistill/training", "src/xdistill/teacher"],
 }
 
@@ -90,6 +90,11 @@ def _pipeline_code() -> list[str]:
     return sorted(dep for dep in deps if dep.startswith("src/"))
 
 
+def _parsed(commit: str, file: str) -> object:
+    """A YAML file's content at ``commit``, parsed: a comment or layout change is no change."""
+    return yaml.safe_load(_git("show", f"{commit}:{file}") or "null")
+
+
 def freshness_line(name: str, results_file: Path) -> str:
     """Which commit the results came in with, and whether the code they time changed after it."""
     measured = _git("log", "-1", "--format=%h", "--", str(results_file.relative_to(REPO_ROOT)))
@@ -97,15 +102,17 @@ def freshness_line(name: str, results_file: Path) -> str:
         return ""
     sources = SECTION_SOURCES.get(name)
     if name == "e2e" and sources:
-        later = _git("log", "--format=%h", f"{measured}..HEAD", "--", *sources, *_pipeline_code()).split()
+        later = _git("log", "--format=%h", f"{measured}..HEAD", "--", *_pipeline_code()).split()
+        later += [file for file in sources if _parsed(measured, file) != _parsed("HEAD", file)]
         if not later:
             return (
                 f"Results committed in {measured}; the pipeline they time (dvc.yaml, params.yaml and the code its "
                 "stages import) is unchanged since.\n\n"
             )
         return (
-            f"Results committed in {measured}; **the pipeline they time changed since** in {len(later)} commit(s) "
-            f"({', '.join(later[:5])}{', ...' if len(later) > 5 else ''}): re-run `{name}` to measure it.\n\n"
+            f"Results committed in {measured}; **the pipeline they time changed since** "
+            f"({len(later)} commit(s) or files: {', '.join(later[:5])}{', ...' if len(later) > 5 else ''}): "
+            f"re-run `{name}` to measure it.\n\n"
         )
     if not sources:
         return f"Results committed in {measured}.\n\n"

@@ -63,7 +63,7 @@ class IndexOptions:
     nprobe: int = 16  # cells visited per query
     pq_m: int | None = None  # PQ bytes per row; default dim / 8
     train_rows: int = 100_000  # rows sampled across the corpus to train the IVF-PQ
-    rerank: int = 16  # candidates = rerank x k per shard and after the merge, re-scored exactly (1: none)
+    rerank: int = 16  # each shard takes rerank x k candidates and re-scores them exactly from its rows (1: none)
 
     def __post_init__(self) -> None:
         if self.kind not in CLUSTER_INDEX_KINDS:
